@@ -1,0 +1,3 @@
+"""fleet-mcp: run a fleet of Claude Code agents in Coder workspaces over MCP."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,77 @@
+"""The emulator as an ASGI app, and a way to serve it on a socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+
+from .backend import Backend
+from .clock import Clock
+from .control import Control, control_routes
+from .lifecycle import Timings
+from .routes import coder_routes
+
+__all__ = ["REAL_TIME", "Emulator", "bind", "serve"]
+
+# On real time a workspace is up within a few seconds.
+REAL_TIME = Timings(job_queue=0.2, start_build=1.0, stop_build=0.5, delete_build=0.5, cancel=0.3,
+                    agent_connect=0.3, agent_startup=0.5, app_healthy=0.3)
+
+
+class Emulator:
+    """A local Coder: the backend, its control operations and the ASGI app serving both."""
+
+    def __init__(self, *, token: str = "demo-token", virtual: bool = True, timings: Timings | None = None,
+                 seed: str = "demo", coder_version: str = "2.37") -> None:
+        version = f"v{coder_version}.0+emulator"
+        self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings(), version=version)
+        self.control = Control(self.backend, token)
+        self.control.reset(seed)
+        self.app = Starlette(routes=control_routes(self.control) + coder_routes(self.backend),
+                             lifespan=self._lifespan)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # On real time, timers also fire between requests (live event streams need them).
+        task = None if self.backend.clock.virtual else asyncio.create_task(self._tick())
+        try:
+            yield
+        finally:
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _tick(self) -> None:
+        while True:
+            self.backend.settle()
+            await asyncio.sleep(0.05)
+
+    @property
+    def token(self) -> str:
+        return self.control.token
+
+    def advance(self, seconds: float) -> None:
+        self.backend.clock.advance(seconds)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0 picks a free one), so the URL is known before serving."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(app, sock: socket.socket, *, log_level: str = "warning") -> None:
+    """Serve an ASGI app on a bound socket until SIGINT/SIGTERM (uvicorn's handling)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5))
+    await server.serve(sockets=[sock])

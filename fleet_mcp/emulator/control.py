@@ -1,0 +1,109 @@
+"""The control API under /emulator/: reset, seed, clock, request counts, rate limit.
+
+Unauthenticated on purpose: it is for tests, demos and benchmarks on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import seed
+from .backend import Backend
+from .state import ParameterSpec
+
+__all__ = ["Control", "control_routes"]
+
+
+class Control:
+    """Control operations; `token` is the demo user's session token."""
+
+    def __init__(self, backend: Backend, token: str) -> None:
+        self.backend = backend
+        self.token = token
+
+    def reset(self, seed_name: str = "demo") -> None:
+        if seed_name == "demo":
+            seed.seed_demo(self.backend, self.token)
+        elif seed_name == "empty":
+            self.backend.reset()
+        else:
+            raise ValueError(f"unknown seed {seed_name!r}: use 'demo' or 'empty'")
+        self.backend.requests.clear()
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    data = json.loads(raw or b"{}")
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    return data
+
+
+def control_routes(control: Control) -> list[Route]:
+    b = control.backend
+
+    async def reset(request: Request) -> Response:
+        control.reset((await _body(request)).get("seed", "demo"))
+        return JSONResponse({"ok": True, "now": b.now().isoformat()})
+
+    async def clock(request: Request) -> Response:
+        if request.method == "POST":
+            b.clock.advance(float((await _body(request)).get("seconds", 0)))
+        b.settle()
+        return JSONResponse({"now": b.now().isoformat(), "elapsed": b.clock.elapsed(), "virtual": b.clock.virtual})
+
+    async def requests(request: Request) -> Response:
+        if request.method == "DELETE":
+            b.requests.clear()
+        return JSONResponse({"total": sum(b.requests.values()), "routes": dict(b.requests)})
+
+    async def rate_limit(request: Request) -> Response:
+        b.rate_limit = bool((await _body(request)).get("enabled", True))
+        return JSONResponse({"enabled": b.rate_limit})
+
+    async def bulk(request: Request) -> Response:
+        data = await _body(request)
+        names = seed.bulk_fleet(b, int(data.get("count", 10)), template=data.get("template", "fleet-demo"),
+                                prefix=data.get("prefix", "bench"))
+        return JSONResponse({"created": len(names), "names": names})
+
+    async def template(request: Request) -> Response:
+        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...}."""
+        data = await _body(request)
+        owner = next(u for u in b.users.values() if "owner" in u.roles)
+        fleet = {p.name: p for p in seed.fleet_parameters()}
+        params = [fleet[p] if isinstance(p, str) and p in fleet else
+                  ParameterSpec(p) if isinstance(p, str) else ParameterSpec(**p)
+                  for p in data.get("parameters", list(fleet))]
+        t = seed.add_template(b, data["name"], data.get("display_name", data["name"]), owner=owner,
+                              parameters=params, presets=data.get("presets"), apps=data.get("apps", ["ccw"]),
+                              description=data.get("description", ""),
+                              allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
+                              build_error=data.get("build_error", ""),
+                              startup_error=data.get("startup_error", False))
+        return JSONResponse({"id": t.id, "active_version_id": t.active_version_id}, 201)
+
+    async def guard(request: Request) -> Response:
+        try:
+            return await handlers[(request.method, request.url.path)](request)
+        except (ValueError, KeyError, TypeError) as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+
+    handlers = {
+        ("POST", "/emulator/reset"): reset,
+        ("GET", "/emulator/clock"): clock,
+        ("POST", "/emulator/clock"): clock,
+        ("GET", "/emulator/requests"): requests,
+        ("DELETE", "/emulator/requests"): requests,
+        ("POST", "/emulator/rate-limit"): rate_limit,
+        ("POST", "/emulator/fleet"): bulk,
+        ("POST", "/emulator/templates"): template,
+    }
+    paths: dict[str, list[str]] = {}
+    for method, path in handlers:
+        paths.setdefault(path, []).append(method)
+    return [Route(path, guard, methods=methods) for path, methods in paths.items()]

@@ -1,0 +1,242 @@
+"""Coder's REST routes: parse the request, call the backend, serialize the answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import views
+from .backend import Backend
+from .errors import CoderError
+from .state import User
+
+__all__ = ["coder_routes", "endpoint", "error_response"]
+
+Handler = Callable[[Request, Backend, User | None], Awaitable[Response]]
+
+
+def error_response(err: CoderError, backend: Backend) -> JSONResponse:
+    return JSONResponse(err.body(), err.status, headers={**err.headers, **_version_header(backend)})
+
+
+def _version_header(backend: Backend) -> dict[str, str]:
+    return {"X-Coder-Build-Version": backend.version}
+
+
+def token_of(request: Request) -> str | None:
+    token = request.headers.get("coder-session-token")
+    auth = request.headers.get("authorization", "")
+    if not token and auth.lower().startswith("bearer "):
+        token = auth[7:].strip()
+    return (token or request.cookies.get("coder_session_token")
+            or request.query_params.get("coder_session_token") or None)
+
+
+def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth: bool = True) -> Route:
+    """A route whose handler runs on a settled backend, authenticated, counted, rate limited."""
+    key = f"{method} {path}"
+
+    async def run(request: Request) -> Response:
+        backend.settle()
+        backend.count(key)
+        try:
+            user = None
+            if auth:
+                user = backend.authenticate(token_of(request))
+                backend.check_rate(user, request.url.path)
+            response = await handler(request, backend, user)
+        except CoderError as err:
+            return error_response(err, backend)
+        response.headers.update(_version_header(backend))
+        return response
+
+    return Route(path, run, methods=[method])
+
+
+async def read_json(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as exc:
+        raise CoderError(400, "Request body must be valid JSON.", str(exc)) from None
+    if not isinstance(body, dict):
+        raise CoderError(400, "Request body must be valid JSON.", "expected a JSON object")
+    return body
+
+
+def pagination(request: Request) -> tuple[int, int]:
+    values, errors = [], []
+    for name in ("limit", "offset"):
+        raw = request.query_params.get(name, "")
+        if raw == "":
+            values.append(0)
+            continue
+        try:
+            value = int(raw)
+            if value < 0:
+                raise ValueError
+            values.append(value)
+        except ValueError:
+            errors.append({"field": name, "detail": f'Query param "{name}" must be a non-negative integer'})
+    if errors:
+        raise CoderError(400, "Query parameters have invalid values.", validations=errors)
+    return values[0], values[1]
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("true", "1")
+
+
+# --- handlers ---------------------------------------------------------------
+
+async def buildinfo(request: Request, b: Backend, _: User | None) -> Response:
+    base = str(request.base_url).rstrip("/")
+    return JSONResponse({
+        "external_url": "https://github.com/coder/coder", "version": b.version, "dashboard_url": base,
+        "telemetry": False, "workspace_proxy": False, "agent_api_version": "2.6",
+        "provisioner_api_version": "1.9", "upgrade_message": "", "deployment_id": b.deployment_id,
+        "webpush_public_key": "",
+    })
+
+
+async def get_user(request: Request, b: Backend, actor: User) -> Response:
+    return JSONResponse(views.user_json(b.user(actor, request.path_params["user"]), b))
+
+
+async def organizations(request: Request, b: Backend, actor: User) -> Response:
+    return JSONResponse([views.org_json(o) for o in b.orgs.values()])
+
+
+async def organization(request: Request, b: Backend, actor: User) -> Response:
+    return JSONResponse(views.org_json(b.organization(request.path_params["organization"])))
+
+
+async def templates(request: Request, b: Backend, actor: User) -> Response:
+    org = b.organization(request.path_params["organization"]) if "organization" in request.path_params else None
+    found = b.list_templates(actor, request.query_params.get("q", ""), org)
+    return JSONResponse([views.template_json(t, b) for t in found])
+
+
+async def template_by_name(request: Request, b: Backend, actor: User) -> Response:
+    p = request.path_params
+    return JSONResponse(views.template_json(b.template_by_name(p["organization"], p["templatename"]), b))
+
+
+async def template(request: Request, b: Backend, actor: User) -> Response:
+    return JSONResponse(views.template_json(b.template(request.path_params["template"]), b))
+
+
+async def version(request: Request, b: Backend, actor: User) -> Response:
+    return JSONResponse(views.version_json(b.template_version(request.path_params["templateversion"]), b))
+
+
+async def rich_parameters(request: Request, b: Backend, actor: User) -> Response:
+    v = b.template_version(request.path_params["templateversion"])
+    return JSONResponse([views.parameter_json(p) for p in v.parameters])
+
+
+async def presets(request: Request, b: Backend, actor: User) -> Response:
+    v = b.template_version(request.path_params["templateversion"])
+    # Go marshals an empty slice that was never allocated as null, as real versions do.
+    return JSONResponse([views.preset_json(p) for p in v.presets] or None)
+
+
+async def regions(request: Request, b: Backend, actor: User) -> Response:
+    base = str(request.base_url).rstrip("/")
+    return JSONResponse({"regions": [{
+        "id": b.deployment_id, "name": "primary", "display_name": "Default", "icon_url": "/emojis/1f3e1.png",
+        "healthy": True, "path_app_url": base, "wildcard_hostname": b.wildcard_hostname,
+    }]})
+
+
+async def create_workspace(request: Request, b: Backend, actor: User) -> Response:
+    p = request.path_params
+    org = b.organization(p["organization"]) if "organization" in p else None
+    ws = b.create_workspace(actor, p["user"], await read_json(request), org)
+    return JSONResponse(views.workspace_json(ws, b), 201)
+
+
+async def workspaces(request: Request, b: Backend, actor: User) -> Response:
+    limit, offset = pagination(request)
+    found, count = b.list_workspaces(actor, request.query_params.get("q", ""), limit, offset)
+    return JSONResponse({"workspaces": [views.workspace_json(w, b) for w in found], "count": count})
+
+
+async def workspace_by_name(request: Request, b: Backend, actor: User) -> Response:
+    p = request.path_params
+    ws = b.workspace_by_name(actor, p["user"], p["workspacename"], _flag(request, "include_deleted"))
+    return JSONResponse(views.workspace_json(ws, b))
+
+
+async def workspace(request: Request, b: Backend, actor: User) -> Response:
+    ws = b.workspace(actor, request.path_params["workspace"], _flag(request, "include_deleted"))
+    return JSONResponse(views.workspace_json(ws, b))
+
+
+async def create_build(request: Request, b: Backend, actor: User) -> Response:
+    build = b.create_build(actor, request.path_params["workspace"], await read_json(request))
+    return JSONResponse(views.build_json(build, b.workspaces[build.workspace_id], b), 201)
+
+
+async def builds(request: Request, b: Backend, actor: User) -> Response:
+    limit, offset = pagination(request)
+    found = b.list_builds(actor, request.path_params["workspace"])
+    found = found[offset:offset + limit] if limit else found[offset:]
+    return JSONResponse([views.build_json(x, b.workspaces[x.workspace_id], b) for x in found])
+
+
+async def build(request: Request, b: Backend, actor: User) -> Response:
+    ws, found = b.build(actor, request.path_params["workspacebuild"])
+    return JSONResponse(views.build_json(found, ws, b))
+
+
+async def build_parameters(request: Request, b: Backend, actor: User) -> Response:
+    _, found = b.build(actor, request.path_params["workspacebuild"])
+    return JSONResponse([{"name": n, "value": v} for n, v in found.parameters])
+
+
+async def cancel_build(request: Request, b: Backend, actor: User) -> Response:
+    b.cancel_build(actor, request.path_params["workspacebuild"], request.query_params.get("expect_status", ""))
+    return JSONResponse({"message": "Job has been marked as canceled..."})
+
+
+def coder_routes(b: Backend) -> list[Route]:
+    v2 = "/api/v2"
+    table: list[tuple[str, str, Handler]] = [
+        ("GET", "/users/{user}", get_user),
+        ("GET", "/users/{user}/organizations", organizations),
+        ("GET", "/organizations", organizations),
+        ("GET", "/organizations/{organization}", organization),
+        ("GET", "/templates", templates),
+        ("GET", "/organizations/{organization}/templates", templates),
+        ("GET", "/organizations/{organization}/templates/{templatename}", template_by_name),
+        ("GET", "/templates/{template}", template),
+        ("GET", "/templateversions/{templateversion}", version),
+        ("GET", "/templateversions/{templateversion}/rich-parameters", rich_parameters),
+        ("GET", "/templateversions/{templateversion}/presets", presets),
+        ("GET", "/regions", regions),
+        ("POST", "/users/{user}/workspaces", create_workspace),
+        ("POST", "/organizations/{organization}/members/{user}/workspaces", create_workspace),
+        ("GET", "/workspaces", workspaces),
+        ("GET", "/users/{user}/workspace/{workspacename}", workspace_by_name),
+        ("GET", "/workspaces/{workspace}", workspace),
+        ("POST", "/workspaces/{workspace}/builds", create_build),
+        ("GET", "/workspaces/{workspace}/builds", builds),
+        ("GET", "/workspacebuilds/{workspacebuild}", build),
+        ("GET", "/workspacebuilds/{workspacebuild}/parameters", build_parameters),
+        ("PATCH", "/workspacebuilds/{workspacebuild}/cancel", cancel_build),
+    ]
+    routes = [endpoint(b, "GET", f"{v2}/buildinfo", buildinfo, auth=False)]
+    routes += [endpoint(b, method, v2 + path, handler) for method, path, handler in table]
+    routes.append(Route(v2 + "/{rest:path}", _not_found(b), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
+    return routes
+
+
+def _not_found(b: Backend):
+    async def run(request: Request) -> Response:
+        return error_response(CoderError(404, "Route not found."), b)
+    return run

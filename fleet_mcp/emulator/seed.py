@@ -1,0 +1,102 @@
+"""Seeds: the demo deployment and bulk fleets, built through the backend's own rules."""
+
+from __future__ import annotations
+
+from .backend import Backend
+from .state import Organization, ParameterSpec, Preset, Template, TemplateVersion, User, new_id
+
+__all__ = ["ROLE_PROMPTS", "add_template", "bulk_fleet", "fleet_parameters", "seed_demo"]
+
+ROLES = {
+    "coder": ("Software Engineer", "Writes code, implements features, fixes bugs"),
+    "operator": ("Operations Engineer", "Manages deployments, monitors systems, handles incidents"),
+    "manager": ("Engineering Manager", "Coordinates work, reviews specs, verifies agent alignment"),
+}
+ROLE_PROMPTS = {role: f"You are a {title}. {what}." for role, (title, what) in ROLES.items()}
+
+
+def fleet_parameters() -> list[ParameterSpec]:
+    """The five fleet parameters, as templates/fleet-agent declares them."""
+    return [
+        ParameterSpec("fleet_mcp_managed", type="bool", display_name="Fleet managed", default_value="false",
+                      form_type="checkbox", description="Set to true only by fleet-mcp's create_agent."),
+        ParameterSpec("fleet_mcp_role", display_name="Role", default_value="coder", form_type="dropdown",
+                      options=[{"name": title, "value": role, "description": what}
+                               for role, (title, what) in ROLES.items()]),
+        ParameterSpec("fleet_mcp_project", display_name="Project", form_type="input",
+                      validation_regex=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,62})?$",
+                      validation_error="letters, digits, . _ - (max 63) or empty"),
+        ParameterSpec("fleet_mcp_agent_spec", display_name="Agent spec", form_type="textarea"),
+        ParameterSpec("fleet_mcp_current_task", display_name="Current task", form_type="textarea"),
+    ]
+
+
+def add_user(b: Backend, username: str, token: str, roles: list[str]) -> User:
+    user = User(id=new_id(), username=username, email=f"{username}@example.com", name=username.title(),
+                roles=roles, created_at=b.now(), tokens={token})
+    b.users[user.id] = user
+    return user
+
+
+def add_template(b: Backend, name: str, display_name: str, *, owner: User, parameters: list[ParameterSpec],
+                 presets: dict[str, dict[str, str]] | None = None, apps: list[str] | None = None,
+                 description: str = "", allow_cancel: bool = True, build_error: str = "",
+                 startup_error: bool = False) -> Template:
+    org = b.default_org()
+    template_id, version_id = new_id(), new_id()
+    version = TemplateVersion(
+        id=version_id, template_id=template_id, name=f"{name}-v1", parameters=parameters,
+        presets=[Preset(id=new_id(), name=n, parameters=dict(p), default=(i == 0))
+                 for i, (n, p) in enumerate((presets or {}).items())],
+        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error)
+    template = Template(id=template_id, organization_id=org.id, name=name, display_name=display_name,
+                        description=description, active_version_id=version_id, created_by=owner.id,
+                        created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel)
+    b.versions[version_id] = version
+    b.templates[template_id] = template
+    return template
+
+
+def seed_demo(b: Backend, token: str, *, settle: bool = True) -> None:
+    """User `demo` (site owner) in org `coder`, two fleet templates, a plain one,
+    and two workspaces the fleet must never show or touch; a second user `alice`
+    with a fleet agent of her own."""
+    b.reset()
+    org = Organization(id=new_id(), name="coder", display_name="Coder", is_default=True, created_at=b.now())
+    b.orgs[org.id] = org
+    demo = add_user(b, "demo", token, ["owner"])
+    alice = add_user(b, "alice", f"{token}-alice", [])
+    role_presets = {role: {"fleet_mcp_role": role} for role in ROLES}
+    fleet = add_template(b, "fleet-demo", "Fleet Demo", owner=demo, parameters=fleet_parameters(),
+                         presets=role_presets, apps=["ccw"],
+                         description="Claude Code agents for the demo project")
+    add_template(b, "fleet-research", "Research Lab", owner=demo, parameters=fleet_parameters(), apps=["ccw"],
+                 description="Research agents; roles come from the role parameter", allow_cancel=False)
+    plain = add_template(b, "docker", "Docker Containers", owner=demo, apps=["code-server"],
+                         parameters=[ParameterSpec("cpu", default_value="2", options=[
+                             {"name": "2 cores", "value": "2"}, {"name": "4 cores", "value": "4"}])],
+                         description="A plain development workspace")
+    b.create_workspace(demo, "me", {"name": "dev-box", "template_id": plain.id})
+    b.create_workspace(demo, "me", {"name": "hand-made", "template_id": fleet.id, "rich_parameter_values": [
+        {"name": "fleet_mcp_role", "value": "manager"}, {"name": "fleet_mcp_agent_spec", "value": "Made by hand"}]})
+    b.create_workspace(alice, "me", {"name": "alice-agent", "template_id": fleet.id, "rich_parameter_values": [
+        {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": "fleet-demo"},
+        {"name": "fleet_mcp_agent_spec", "value": "Alice's own agent"}]})
+    if settle:
+        b.clock.advance(30)
+
+
+def bulk_fleet(b: Backend, count: int, *, template: str = "fleet-demo", owner: str = "demo",
+               prefix: str = "bench", spec: str = "Benchmark agent") -> list[str]:
+    """Create `count` fleet agents and run their clocks until they are up."""
+    user = next(u for u in b.users.values() if u.username == owner)
+    t = next(t for t in b.templates.values() if t.name == template)
+    names = []
+    for i in range(count):
+        name = f"{prefix}-{i + 1:04d}"
+        b.create_workspace(user, "me", {"name": name, "template_id": t.id, "rich_parameter_values": [
+            {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": t.name},
+            {"name": "fleet_mcp_agent_spec", "value": spec}, {"name": "fleet_mcp_current_task", "value": spec}]})
+        names.append(name)
+    b.clock.advance(30)
+    return names
