@@ -1,0 +1,73 @@
+"""Every JSON body the emulator answers during the suite, checked against the real specs.
+
+Wired into the test clients as an httpx response hook: a body that does not
+validate fails the test that received it. The tally is printed at the end of
+the run. Without `../shared/reference` the check is off and says why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import ClassVar
+
+import httpx
+import pytest
+
+from coder_spec import SwaggerValidator, agentapi_validator, coder_validator, reference_dir
+
+
+class Conformance:
+    KEY: ClassVar = pytest.StashKey["Conformance"]()
+
+    def __init__(self, coder: SwaggerValidator | None, agentapi: SwaggerValidator | None, reason: str = "") -> None:
+        self.coder = coder
+        self.agentapi = agentapi
+        self.reason = reason
+        self.checked: Counter[str] = Counter()
+
+    @classmethod
+    def load(cls) -> Conformance:
+        reference = reference_dir()
+        if reference is None:
+            return cls(None, None, "reference data (../shared/reference) absent")
+        return cls(coder_validator(reference), agentapi_validator(reference))
+
+    @property
+    def enabled(self) -> bool:
+        return self.coder is not None
+
+    def validator_for(self, path: str) -> tuple[str, SwaggerValidator | None]:
+        if path.startswith("/emulator/"):
+            return "control", None
+        if path.startswith(("/@", "/%40")):
+            return "agentapi", self.agentapi
+        return "coder", self.coder
+
+    def check(self, method: str, path: str, status: int, body) -> None:
+        kind, validator = self.validator_for(path)
+        if validator is None:
+            return
+        problems = validator.check(method, path, status, body)
+        if problems and status >= 400 and kind == "coder" and validator.match(method, path) is None:
+            # An unknown route still answers in Coder's error shape.
+            problems = validator.check_definition("codersdk.Response", body)
+        if problems:
+            raise AssertionError("emulator answer does not conform:\n" + "\n".join(problems))
+        self.checked[kind] += 1
+
+    async def hook(self, response: httpx.Response) -> None:
+        if not self.enabled or "json" not in response.headers.get("content-type", ""):
+            return
+        await response.aread()
+        try:
+            body = json.loads(response.content) if response.content else None
+        except ValueError:
+            return  # a deliberately broken body (fault injection) is the test's business
+        self.check(response.request.method, response.request.url.path, response.status_code, body)
+
+    def summary(self) -> str:
+        if not self.enabled:
+            return f"conformance: skipped ({self.reason})"
+        parts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.checked.items())) or "none"
+        return f"conformance: {sum(self.checked.values())} emulator JSON bodies validated against the specs ({parts})"
