@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
+import threading
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -70,8 +72,23 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def serve(app, sock: socket.socket, *, log_level: str = "warning") -> None:
-    """Serve an ASGI app on a bound socket until SIGINT/SIGTERM (uvicorn's handling)."""
+    """Serve an ASGI app on a bound socket until SIGINT/SIGTERM, then return normally."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5))
+    class Server(uvicorn.Server):
+        # uvicorn re-raises the signal after its graceful shutdown, which would
+        # end the process with -SIGTERM; a clean stop should exit 0.
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    server = Server(uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5))
     await server.serve(sockets=[sock])

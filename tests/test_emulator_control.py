@@ -1,0 +1,56 @@
+"""The control API: reset, seed, clock, request counter, bulk fleets."""
+
+from __future__ import annotations
+
+from conftest import create_workspace
+
+
+async def test_demo_seed(coder):
+    mine = (await coder.get("/api/v2/workspaces", params={"q": "owner:me"})).json()["workspaces"]
+    assert sorted(w["name"] for w in mine) == ["dev-box", "hand-made"]
+    hand_made = next(w for w in mine if w["name"] == "hand-made")
+    assert hand_made["template_name"] == "fleet-demo" and hand_made["latest_build"]["status"] == "running"
+    r = await coder.get(f"/api/v2/workspacebuilds/{hand_made['latest_build']['id']}/parameters")
+    assert {p["name"]: p["value"] for p in r.json()}["fleet_mcp_managed"] == "false"
+    managed = (await coder.get("/api/v2/workspaces", params={"q": "owner:me param:fleet_mcp_managed=true"})).json()
+    assert managed["count"] == 0
+
+
+async def test_reset_empty_and_demo(coder):
+    await create_workspace(coder, "temp")
+    r = await coder.post("/emulator/reset", json={"seed": "empty"})
+    assert r.status_code == 200
+    assert (await coder.get("/api/v2/users/me")).status_code == 401  # no users any more
+    await coder.post("/emulator/reset", json={"seed": "demo"})
+    names = [w["name"] for w in (await coder.get("/api/v2/workspaces", params={"q": "owner:me"})).json()["workspaces"]]
+    assert "temp" not in names and "dev-box" in names
+    assert (await coder.post("/emulator/reset", json={"seed": "nope"})).status_code == 400
+
+
+async def test_clock_read_and_advance(coder):
+    before = (await coder.get("/emulator/clock")).json()
+    assert before["virtual"] is True
+    after = (await coder.post("/emulator/clock", json={"seconds": 90})).json()
+    assert after["elapsed"] == before["elapsed"] + 90
+    assert (await coder.post("/emulator/clock", json={"seconds": -1})).status_code == 400
+
+
+async def test_request_counter_by_route_pattern(coder):
+    await coder.delete("/emulator/requests")
+    ws = (await create_workspace(coder, "counted")).json()
+    await coder.get(f"/api/v2/workspaces/{ws['id']}")
+    await coder.get(f"/api/v2/workspaces/{ws['id']}")
+    counts = (await coder.get("/emulator/requests")).json()
+    assert counts["routes"]["GET /api/v2/workspaces/{workspace}"] == 2
+    assert counts["routes"]["POST /api/v2/users/{user}/workspaces"] == 1
+    assert counts["total"] == 4  # the template lookup too
+    await coder.delete("/emulator/requests")
+    assert (await coder.get("/emulator/requests")).json()["total"] == 0
+
+
+async def test_bulk_fleet(coder):
+    r = await coder.post("/emulator/fleet", json={"count": 25})
+    assert r.json()["created"] == 25
+    page = (await coder.get("/api/v2/workspaces", params={
+        "q": "owner:me param:fleet_mcp_managed=true status:running", "limit": 10})).json()
+    assert page["count"] == 25 and len(page["workspaces"]) == 10
