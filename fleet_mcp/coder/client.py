@@ -1,0 +1,345 @@
+"""Typed async client for Coder's REST API and for AgentAPI behind Coder's app proxy.
+
+Every call goes through `CoderClient._request`, which maps failures to the
+errors of `fleet_mcp.coder.errors`, retries only safe (GET) requests, and
+validates the JSON into the models of `fleet_mcp.coder.schemas`.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import random
+from functools import lru_cache
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+import pydantic
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay
+
+from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
+from fleet_mcp.coder.schemas import (
+    AgentMessage, AgentStatus, BuildInfo, BuildParameter, MessagesPage, Organization, Preset, Presets,
+    Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
+    WorkspacesPage,
+)
+from fleet_mcp.settings import Settings
+
+__all__ = ["CoderClient", "Transition", "app_proxy_path"]
+
+Transition = Literal["start", "stop", "delete"]
+
+_RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# Failures worth another try: the request may never have arrived, or its answer was lost.
+# (ValueError: a truncated or garbled JSON body.)
+_TRANSIENT_CAUSES = (
+    httpx.ConnectError, httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, ValueError,
+)
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
+
+
+def app_proxy_path(owner: str, workspace: str, agent: str | None, slug: str, rest: str = "") -> str:
+    """Path of a workspace app through Coder's path-based app proxy.
+
+    `/@{owner}/{workspace}[.{agent}]/apps/{slug}/{rest}`; the proxy refuses `@me`,
+    so `owner` must be a real username (or user ID).
+    """
+    if not owner or owner.lower() == "me":
+        raise ValueError("app proxy paths need the owner's username, not 'me'")
+    target = _seg(workspace) + (f".{_seg(agent)}" if agent else "")
+    return f"/@{_seg(owner)}/{target}/apps/{_seg(slug)}/{rest.lstrip('/')}"
+
+
+class CoderClient:
+    """Async client of one Coder deployment, authenticated by a session token.
+
+    Use as `async with CoderClient(settings) as coder: ...`. `transport` replaces
+    the network (tests pass an ASGI transport or a loopback emulator).
+    """
+
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._settings = settings
+        self._secret = settings.coder_session_token.get_secret_value()
+        # Never keep cookies: a stored coder_session_token cookie that differs from the
+        # header makes Coder answer 400 "CSRF error"; app-proxy cookies are useless to us.
+        no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        self._http = httpx.AsyncClient(
+            base_url=settings.coder_url,
+            headers={
+                "Coder-Session-Token": self._secret,
+                "Accept": "application/json",
+                "User-Agent": "coder-fleet-mcp",
+            },
+            cookies=no_cookies,
+            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
+            follow_redirects=False,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> CoderClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    def __repr__(self) -> str:
+        return f"CoderClient({self._settings.coder_url!r})"
+
+    # --- deployment, users, organizations ------------------------------------------
+
+    async def buildinfo(self) -> BuildInfo:
+        """Coder's version and URLs (`GET /api/v2/buildinfo`)."""
+        return await self._request("GET", "/api/v2/buildinfo", BuildInfo)
+
+    async def me(self) -> User:
+        """The user the token belongs to."""
+        return await self._request("GET", "/api/v2/users/me", User)
+
+    async def organizations(self) -> list[Organization]:
+        """Every organization the user can see."""
+        return await self._request("GET", "/api/v2/organizations", list[Organization])
+
+    async def regions(self) -> list[Region]:
+        """Proxy regions, with their path-app URL and wildcard app hostname."""
+        page = await self._request("GET", "/api/v2/regions", RegionsPage)
+        return list(page.regions)
+
+    # --- templates ------------------------------------------------------------------
+
+    async def templates(self, q: str | None = None) -> list[Template]:
+        """Readable templates, optionally filtered by Coder's template search query `q`."""
+        params = {"q": q} if q else None
+        return await self._request("GET", "/api/v2/templates", list[Template], params=params)
+
+    async def template(self, template_id: str) -> Template:
+        """One template by ID."""
+        return await self._request("GET", f"/api/v2/templates/{_seg(template_id)}", Template)
+
+    async def template_by_name(self, org: str, name: str) -> Template:
+        """One template by exact name within an organization (ID, name or `default`)."""
+        path = f"/api/v2/organizations/{_seg(org)}/templates/{_seg(name)}"
+        return await self._request("GET", path, Template)
+
+    async def template_version(self, version_id: str) -> TemplateVersion:
+        """One template version, with its import job."""
+        return await self._request("GET", f"/api/v2/templateversions/{_seg(version_id)}", TemplateVersion)
+
+    async def rich_parameters(self, version_id: str) -> list[RichParameter]:
+        """The parameters a template version declares."""
+        path = f"/api/v2/templateversions/{_seg(version_id)}/rich-parameters"
+        return await self._request("GET", path, list[RichParameter])
+
+    async def presets(self, version_id: str) -> list[Preset]:
+        """The presets of a template version (`[]` when Coder answers `null`)."""
+        return await self._request("GET", f"/api/v2/templateversions/{_seg(version_id)}/presets", Presets)
+
+    # --- workspaces -------------------------------------------------------------------
+
+    async def create_workspace(
+        self,
+        user: str,
+        *,
+        name: str,
+        template_id: str | None = None,
+        template_version_id: str | None = None,
+        preset_id: str | None = None,
+        parameters: dict[str, str] | None = None,
+    ) -> Workspace:
+        """Create a workspace for `user` from a template (active version) or a version.
+
+        Exactly one of `template_id` and `template_version_id` is required. Preset
+        values win over `parameters` of the same name; undeclared names are dropped
+        by Coder without an error.
+        """
+        if (template_id is None) == (template_version_id is None):
+            raise ValueError("give exactly one of template_id and template_version_id")
+        body: dict[str, Any] = {"name": name, "rich_parameter_values": _values(parameters or {})}
+        if template_id is not None:
+            body["template_id"] = template_id
+        if template_version_id is not None:
+            body["template_version_id"] = template_version_id
+        if preset_id is not None:
+            body["template_version_preset_id"] = preset_id
+        return await self._request("POST", f"/api/v2/users/{_seg(user)}/workspaces", Workspace, json=body)
+
+    async def workspaces(self, q: str = "", limit: int = 0, offset: int = 0) -> WorkspacesPage:
+        """One page of workspaces matching Coder's search query `q` (limit 0 = no limit)."""
+        params: dict[str, Any] = {"q": q} if q else {}
+        if limit:
+            params["limit"] = limit
+        if offset:
+            params["offset"] = offset
+        return await self._request("GET", "/api/v2/workspaces", WorkspacesPage, params=params)
+
+    async def workspace(self, workspace_id: str) -> Workspace:
+        """One workspace by ID; a deleted one raises `Gone`."""
+        return await self._request("GET", f"/api/v2/workspaces/{_seg(workspace_id)}", Workspace)
+
+    async def workspace_by_name(self, user: str, name: str) -> Workspace:
+        """One workspace by owner and exact name; missing or deleted raises `NotFound`."""
+        path = f"/api/v2/users/{_seg(user)}/workspace/{_seg(name)}"
+        return await self._request("GET", path, Workspace)
+
+    # --- builds ---------------------------------------------------------------------------
+
+    async def create_build(
+        self,
+        workspace_id: str,
+        transition: Transition,
+        *,
+        parameters: dict[str, str] | None = None,
+        orphan: bool = False,
+    ) -> WorkspaceBuild:
+        """Start a build (`start`, `stop` or `delete`); `Conflict` while another build is active."""
+        body: dict[str, Any] = {"transition": transition}
+        if parameters:
+            body["rich_parameter_values"] = _values(parameters)
+        if orphan:
+            body["orphan"] = True
+        path = f"/api/v2/workspaces/{_seg(workspace_id)}/builds"
+        return await self._request("POST", path, WorkspaceBuild, json=body)
+
+    async def builds(self, workspace_id: str, limit: int = 0, offset: int = 0) -> list[WorkspaceBuild]:
+        """A workspace's builds, newest first."""
+        params = {k: v for k, v in (("limit", limit), ("offset", offset)) if v}
+        path = f"/api/v2/workspaces/{_seg(workspace_id)}/builds"
+        return await self._request("GET", path, list[WorkspaceBuild], params=params)
+
+    async def build(self, build_id: str) -> WorkspaceBuild:
+        """One build by ID, with its resources, agents, apps and app statuses."""
+        return await self._request("GET", f"/api/v2/workspacebuilds/{_seg(build_id)}", WorkspaceBuild)
+
+    async def build_parameters(self, build_id: str) -> list[BuildParameter]:
+        """The parameter values a build used."""
+        path = f"/api/v2/workspacebuilds/{_seg(build_id)}/parameters"
+        return await self._request("GET", path, list[BuildParameter])
+
+    async def cancel_build(self, build_id: str) -> None:
+        """Cancel a pending or running build (the template must allow it, else `Forbidden`)."""
+        await self._request("PATCH", f"/api/v2/workspacebuilds/{_seg(build_id)}/cancel", None)
+
+    # --- AgentAPI through the app proxy -----------------------------------------------------
+
+    async def agent_status(
+        self, owner: str, workspace: str, agent: str | None = None, slug: str | None = None
+    ) -> AgentStatus:
+        """AgentAPI `/status`: `running` or `stable`, and the transport (pty/acp)."""
+        return await self._request("GET", self._app(owner, workspace, agent, slug, "status"), AgentStatus)
+
+    async def agent_messages(
+        self, owner: str, workspace: str, agent: str | None = None, slug: str | None = None
+    ) -> list[AgentMessage]:
+        """AgentAPI `/messages`: the whole conversation, oldest first."""
+        path = self._app(owner, workspace, agent, slug, "messages")
+        page = await self._request("GET", path, MessagesPage)
+        return list(page.messages)
+
+    async def agent_send(
+        self,
+        owner: str,
+        workspace: str,
+        agent: str | None = None,
+        slug: str | None = None,
+        *,
+        content: str,
+        type: Literal["user", "raw"] = "user",
+    ) -> None:
+        """AgentAPI `POST /message`. `user` needs a `stable` agent (else `AgentBusy`); `raw` is keystrokes."""
+        path = self._app(owner, workspace, agent, slug, "message")
+        await self._request("POST", path, None, json={"content": content, "type": type})
+
+    def _app(self, owner: str, workspace: str, agent: str | None, slug: str | None, rest: str) -> str:
+        return app_proxy_path(owner, workspace, agent, slug or self._settings.agentapi_app_slug, rest)
+
+    # --- the one request method ---------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        model: Any,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+    ) -> Any:
+        """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body)."""
+        where = f"{method} {path}"
+        if method != "GET":  # never repeat a request that may have changed something
+            data = await self._send_once(method, path, params, json)
+        else:
+            async for attempt in self._retrying():
+                with attempt:
+                    data = await self._send_once(method, path, params, json)
+        if model is None:
+            return None
+        try:
+            return _adapter(model).validate_python(data)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(part) for part in first["loc"])
+            raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {first['msg']}") from None
+
+    def _retrying(self) -> AsyncRetrying:
+        """Exponential backoff with jitter (429: the server's Retry-After), all within the budget."""
+        budget = self._settings.retry_budget_s
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            delay = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (state.attempt_number - 1))
+            delay += random.uniform(0, _JITTER_S)
+            if isinstance(exc, RateLimited) and exc.retry_after is not None:
+                delay = exc.retry_after
+            return max(0.0, min(delay, budget - (state.seconds_since_start or 0.0)))
+
+        return AsyncRetrying(
+            retry=retry_if_exception(_is_transient),
+            wait=wait,
+            stop=stop_after_delay(budget),
+            reraise=True,
+        )
+
+    async def _send_once(self, method: str, path: str, params: Any, body: Any) -> Any:
+        where = f"{method} {path}"
+        try:
+            response = await self._http.request(method, path, params=params, json=body)
+        except httpx.HTTPError as exc:
+            reason = redact(f"{type(exc).__name__}: {exc}".rstrip(": "), self._secret)
+            raise Unavailable(None, f"No answer to {where}", reason) from exc
+        if not response.is_success:
+            raise error_from_response(response, secret=self._secret)
+        if not response.content.strip():
+            return None
+        if "html" in response.headers.get("content-type", "").lower():
+            raise Unavailable(None, f"Expected JSON from {where}, got an HTML page")
+        try:
+            return _json.loads(response.content)
+        except ValueError as exc:
+            raise Unavailable(None, f"Unreadable JSON from {where}", str(exc)) from exc
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, RateLimited):
+        return True
+    if isinstance(exc, ServerError):
+        return exc.status in _RETRY_STATUSES
+    return isinstance(exc, Unavailable) and isinstance(exc.__cause__, _TRANSIENT_CAUSES)
+
+
+@lru_cache(maxsize=None)
+def _adapter(model: Any) -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(model)
+
+
+def _values(parameters: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in parameters.items()]
+
+
+def _seg(value: str) -> str:
+    """One URL path segment, with `/`, `?`, `#`, `%` and friends escaped."""
+    return quote(str(value), safe="")
+

@@ -1,0 +1,352 @@
+"""Lenient models of the Coder and AgentAPI payloads the client reads.
+
+Only fields a fleet server plausibly reads are declared; everything else is
+ignored. Go's nil slices arrive as `null` and become `[]`, null strings become
+`""`, enum-like values stay plain `str` so a new Coder release cannot break
+parsing, and every timestamp becomes an aware UTC `datetime` (Coder's zero time
+`0001-01-01T00:00:00Z` becomes None).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+__all__ = [
+    "AgentHealth", "AgentMessage", "AgentStatus", "BuildInfo", "BuildParameter", "MessagesPage",
+    "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
+    "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Timestamp",
+    "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
+    "WorkspaceBuild", "WorkspaceHealth", "WorkspaceResource", "WorkspacesPage",
+    "parse_timestamp",
+]
+
+_T = TypeVar("_T")
+
+# Go emits up to nine fractional digits; datetime keeps six.
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """RFC 3339 (any offset, up to nanoseconds) → aware UTC datetime; zero time/empty → None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(_FRACTION.sub(r"\1", value.strip().upper()).replace("Z", "+00:00"))
+    if not isinstance(value, datetime):
+        raise ValueError(f"not a timestamp: {value!r}")
+    if value.year == 1:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def _none_to_list(value: Any) -> Any:
+    return [] if value is None else value
+
+
+def _none_to_str(value: Any) -> Any:
+    return "" if value is None else value
+
+
+Timestamp = Annotated[datetime | None, BeforeValidator(parse_timestamp)]
+Text = Annotated[str, BeforeValidator(_none_to_str)]
+ListOf = Annotated[list[_T], BeforeValidator(_none_to_list)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+# --- deployment, users, organizations -----------------------------------------
+
+
+class BuildInfo(_Model):
+    version: Text = ""
+    external_url: Text = ""
+    dashboard_url: Text = ""
+    deployment_id: Text = ""
+
+
+class UserRole(_Model):
+    name: Text = ""
+    display_name: Text = ""
+    organization_id: Text = ""
+
+
+class User(_Model):
+    id: str
+    username: str
+    email: Text = ""
+    name: Text = ""
+    status: Text = ""
+    roles: ListOf[UserRole] = []
+    organization_ids: ListOf[str] = []
+
+
+class Organization(_Model):
+    id: str
+    name: str
+    display_name: Text = ""
+    description: Text = ""
+    icon: Text = ""
+    is_default: bool = False
+    created_at: Timestamp = None
+    updated_at: Timestamp = None
+
+
+class Region(_Model):
+    id: Text = ""
+    name: Text = ""
+    display_name: Text = ""
+    healthy: bool = True
+    path_app_url: Text = ""
+    wildcard_hostname: Text = ""
+
+
+class RegionsPage(_Model):
+    regions: ListOf[Region] = []
+
+
+# --- templates, versions, parameters, presets -----------------------------------
+
+
+class Template(_Model):
+    id: str
+    name: str
+    display_name: Text = ""
+    description: Text = ""
+    icon: Text = ""
+    organization_id: Text = ""
+    organization_name: Text = ""
+    active_version_id: Text = ""
+    deprecated: bool = False
+    deprecation_message: Text = ""
+    require_active_version: bool = False
+    allow_user_cancel_workspace_jobs: bool = False
+    use_classic_parameter_flow: bool = False
+    created_at: Timestamp = None
+    updated_at: Timestamp = None
+
+
+class ProvisionerJob(_Model):
+    id: Text = ""
+    status: Text = ""
+    error: Text = ""
+    error_code: Text = ""
+    queue_position: int = 0
+    created_at: Timestamp = None
+    started_at: Timestamp = None
+    completed_at: Timestamp = None
+
+
+class TemplateVersion(_Model):
+    id: str
+    name: Text = ""
+    template_id: Text = ""
+    organization_id: Text = ""
+    message: Text = ""
+    archived: bool = False
+    job: ProvisionerJob = ProvisionerJob()
+    created_at: Timestamp = None
+    updated_at: Timestamp = None
+
+
+class ParameterOption(_Model):
+    name: Text = ""
+    value: Text = ""
+    description: Text = ""
+    icon: Text = ""
+
+
+class RichParameter(_Model):
+    name: str
+    display_name: Text = ""
+    description: Text = ""
+    type: Text = ""
+    form_type: Text = ""
+    mutable: bool = False
+    required: bool = False
+    ephemeral: bool = False
+    default_value: Text = ""
+    options: ListOf[ParameterOption] = []
+    validation_regex: Text = ""
+    validation_min: int | None = None
+    validation_max: int | None = None
+    validation_error: Text = ""
+
+
+class PresetParameter(_Model):
+    name: Text = Field("", validation_alias=AliasChoices("Name", "name"))
+    value: Text = Field("", validation_alias=AliasChoices("Value", "value"))
+
+
+class Preset(_Model):
+    """A template version preset; real Coder sends PascalCase keys, the swagger lowercase."""
+
+    id: str = Field(validation_alias=AliasChoices("ID", "id"))
+    name: str = Field(validation_alias=AliasChoices("Name", "name"))
+    description: Text = Field("", validation_alias=AliasChoices("Description", "description"))
+    icon: Text = Field("", validation_alias=AliasChoices("Icon", "icon"))
+    default: bool = Field(False, validation_alias=AliasChoices("Default", "default"))
+    desired_prebuild_instances: int | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "DesiredPrebuildInstances", "desiredPrebuildInstances", "desired_prebuild_instances"
+        ),
+    )
+    parameters: ListOf[PresetParameter] = Field(
+        [], validation_alias=AliasChoices("Parameters", "parameters")
+    )
+
+
+# A version without presets answers `null`, not `[]`.
+Presets = ListOf[Preset]
+
+
+# --- workspaces and builds ---------------------------------------------------------
+
+
+class WorkspaceAppStatus(_Model):
+    id: Text = ""
+    created_at: Timestamp = None
+    state: Text = ""
+    message: Text = ""
+    uri: Text = ""
+    needs_user_attention: bool = False
+    workspace_id: Text = ""
+    agent_id: Text = ""
+    app_id: Text = ""
+
+
+class WorkspaceApp(_Model):
+    """A workspace app; `statuses` are sorted newest first here (real Coder sends them unordered)."""
+
+    id: str
+    slug: str
+    display_name: Text = ""
+    subdomain: bool = False
+    subdomain_name: Text = ""
+    health: Text = ""
+    sharing_level: Text = ""
+    statuses: ListOf[WorkspaceAppStatus] = []
+
+    @field_validator("statuses")
+    @classmethod
+    def _newest_first(cls, statuses: list[WorkspaceAppStatus]) -> list[WorkspaceAppStatus]:
+        return sorted(statuses, key=lambda s: s.created_at or _EPOCH, reverse=True)
+
+
+class AgentHealth(_Model):
+    healthy: bool = False
+    reason: Text = ""
+
+
+class WorkspaceAgent(_Model):
+    id: str
+    name: str
+    parent_id: str | None = None
+    status: Text = ""
+    lifecycle_state: Text = ""
+    health: AgentHealth = AgentHealth()
+    apps: ListOf[WorkspaceApp] = []
+    version: Text = ""
+    ready_at: Timestamp = None
+    last_connected_at: Timestamp = None
+    disconnected_at: Timestamp = None
+
+
+class WorkspaceResource(_Model):
+    id: Text = ""
+    name: Text = ""
+    type: Text = ""
+    agents: ListOf[WorkspaceAgent] = []
+
+
+class WorkspaceBuild(_Model):
+    id: str
+    build_number: int = 0
+    workspace_id: Text = ""
+    workspace_name: Text = ""
+    workspace_owner_name: Text = ""
+    template_version_id: Text = ""
+    template_version_preset_id: str | None = None
+    transition: Text = ""
+    status: Text = ""
+    reason: Text = ""
+    initiator_name: Text = ""
+    job: ProvisionerJob = ProvisionerJob()
+    resources: ListOf[WorkspaceResource] = []
+    created_at: Timestamp = None
+    updated_at: Timestamp = None
+
+    @property
+    def agents(self) -> list[WorkspaceAgent]:
+        """Every agent of every resource of this build."""
+        return [agent for resource in self.resources for agent in resource.agents]
+
+
+class WorkspaceHealth(_Model):
+    healthy: bool = False
+    failing_agents: ListOf[str] = []
+
+
+class Workspace(_Model):
+    id: str
+    name: str
+    owner_id: Text = ""
+    owner_name: Text = ""
+    organization_id: Text = ""
+    template_id: Text = ""
+    template_name: Text = ""
+    template_display_name: Text = ""
+    template_active_version_id: Text = ""
+    template_allow_user_cancel_workspace_jobs: bool = False
+    outdated: bool = False
+    latest_build: WorkspaceBuild
+    latest_app_status: WorkspaceAppStatus | None = None
+    health: WorkspaceHealth = WorkspaceHealth()
+    created_at: Timestamp = None
+    updated_at: Timestamp = None
+    last_used_at: Timestamp = None
+    deleting_at: Timestamp = None
+    dormant_at: Timestamp = None
+
+
+class WorkspacesPage(_Model):
+    """One page of `GET /api/v2/workspaces`; `count` is the total matching, not the page size."""
+
+    workspaces: ListOf[Workspace] = []
+    count: int = 0
+
+
+class BuildParameter(_Model):
+    name: str
+    value: Text = ""
+
+
+# --- AgentAPI (behind the app proxy) -----------------------------------------------
+
+
+class AgentStatus(_Model):
+    """`running` (busy) or `stable` (waiting for input); `transport` is absent before v0.12."""
+
+    status: str
+    agent_type: Text = ""
+    transport: str | None = None
+
+
+class AgentMessage(_Model):
+    id: int
+    role: Text = ""
+    content: Text = ""
+    time: Timestamp = None
+
+
+class MessagesPage(_Model):
+    messages: ListOf[AgentMessage] = []

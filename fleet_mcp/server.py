@@ -1,0 +1,37 @@
+"""Builds the FastMCP app; its lifespan opens and closes the Coder client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+from fastmcp import FastMCP
+from fastmcp.server.lifespan import lifespan
+
+from .coder.client import CoderClient
+from .fleet import Fleet
+from .settings import Settings
+from .tools import register
+
+__all__ = ["build_server"]
+
+INSTRUCTIONS = (
+    "Run a fleet of Claude Code agents, each in its own Coder workspace. Find a project with "
+    "list_agent_projects and a role with list_agent_roles, create_agent with a spec, watch with "
+    "list_agents / show_agent / show_agent_task_history / show_agent_log, give follow-up work with "
+    "start_agent_task, interrupt with cancel_agent_task, and delete_agent when done. Errors are JSON "
+    "objects {error, message, details}."
+)
+
+
+def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastMCP:
+    """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator)."""
+
+    @lifespan
+    async def open_client(server: FastMCP) -> AsyncIterator[dict]:
+        async with CoderClient(settings, transport=transport) as client:
+            yield {"fleet": Fleet(client, settings)}
+
+    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client)
+    register(mcp)
+    return mcp

@@ -1,0 +1,66 @@
+"""Runtime settings, read from the environment (and an optional `.env` file).
+
+`CODER_URL` and `CODER_SESSION_TOKEN` keep the names the Coder CLI uses, so a
+shell already logged in to Coder works as is; our own knobs are `FLEET_MCP_*`.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Where Coder is, how to authenticate, and how patient to be with it.
+
+    Constructing it reads the environment and `.env` only; it opens no
+    connection. The token is a `SecretStr`: it shows as `**********` in
+    `repr`/`str` and is only revealed where the HTTP header is built.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="FLEET_MCP_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+        # a validation error must never echo the token back
+        hide_input_in_errors=True,
+    )
+
+    coder_url: str = Field(validation_alias=AliasChoices("CODER_URL", "coder_url"))
+    coder_session_token: SecretStr = Field(
+        validation_alias=AliasChoices("CODER_SESSION_TOKEN", "coder_session_token")
+    )
+    agentapi_app_slug: str = Field(
+        default="ccw",
+        min_length=1,
+        validation_alias=AliasChoices("FLEET_MCP_APP_SLUG", "agentapi_app_slug"),
+    )
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    retry_budget_s: float = Field(default=20.0, ge=0)
+    cancel_wait_s: float = Field(default=10.0, ge=0)
+    delete_wait_s: float = Field(default=60.0, ge=0)
+
+    @field_validator("coder_url")
+    @classmethod
+    def _normalise_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("CODER_URL must be an http(s) URL such as https://coder.example.com")
+        if parts.query or parts.fragment:
+            raise ValueError("CODER_URL must not carry a query string or fragment")
+        return value
+
+    @field_validator("coder_session_token")
+    @classmethod
+    def _token_not_blank(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("CODER_SESSION_TOKEN is empty")
+        return SecretStr(value.get_secret_value().strip())

@@ -1,0 +1,477 @@
+"""The Coder client's models and error mapping, checked against real Coder answers.
+
+The recordings (Coder v2.27.1, vcrpy YAML) live outside the repository, in
+`../shared/reference/coder/recorded` or `$FLEET_MCP_REFERENCE_DIR/coder/recorded`;
+the tests that need them skip when they are absent. The rest are pure-function
+tests on hand-built `httpx.Response` objects: no server, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from fleet_mcp.coder import errors as E
+from fleet_mcp.coder.client import CoderClient, app_proxy_path
+from fleet_mcp.coder.schemas import (
+    AgentMessage,
+    AgentStatus,
+    MessagesPage,
+    Organization,
+    Presets,
+    RichParameter,
+    Template,
+    Workspace,
+    WorkspaceApp,
+    WorkspaceBuild,
+    WorkspaceResource,
+    WorkspacesPage,
+    parse_timestamp,
+)
+from fleet_mcp.settings import Settings
+
+WORKSPACE_STATUSES = {
+    "pending", "starting", "running", "stopping", "stopped",
+    "failed", "canceling", "canceled", "deleting", "deleted",
+}
+JOB_STATUSES = {"pending", "running", "succeeded", "canceling", "canceled", "failed", "unknown"}
+TRANSITIONS = {"start", "stop", "delete"}
+AGENT_STATUSES = {"connecting", "connected", "disconnected", "timeout"}
+LIFECYCLES = {
+    "created", "starting", "start_timeout", "start_error", "ready",
+    "shutting_down", "shutdown_timeout", "shutdown_error", "off",
+}
+APP_HEALTH = {"disabled", "initializing", "healthy", "unhealthy"}
+APP_STATES = {"working", "idle", "complete", "failure"}
+PARAM_TYPES = {"string", "number", "bool", "list(string)"}
+
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+# (method, path regex, type) for every route the client reads.
+ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", r"/api/v2/workspaces", WorkspacesPage),
+    ("GET", rf"/api/v2/workspaces/{UUID}", Workspace),
+    ("GET", r"/api/v2/users/[^/]+/workspace/[^/]+", Workspace),
+    ("GET", r"/api/v2/templates", list[Template]),
+    ("GET", rf"/api/v2/templates/{UUID}", Template),
+    ("GET", r"/api/v2/organizations/[^/]+/templates/[^/]+", Template),
+    ("GET", rf"/api/v2/templateversions/{UUID}/rich-parameters", list[RichParameter]),
+    ("GET", rf"/api/v2/templateversions/{UUID}/presets", Presets),
+    ("GET", r"/api/v2/organizations", list[Organization]),
+    ("GET", r"/api/v2/users/[^/]+/organizations", list[Organization]),
+    ("POST", r"/api/v2/users/[^/]+/workspaces", Workspace),
+    ("POST", r"/api/v2/organizations/[^/]+/members/[^/]+/workspaces", Workspace),
+    ("POST", rf"/api/v2/workspaces/{UUID}/builds", WorkspaceBuild),
+    ("GET", rf"/api/v2/workspaces/{UUID}/builds", list[WorkspaceBuild]),
+    ("GET", rf"/api/v2/workspacebuilds/{UUID}", WorkspaceBuild),
+    ("GET", rf"/api/v2/workspacebuilds/{UUID}/resources", list[WorkspaceResource]),
+]
+
+
+# --- finding and reading the recordings ------------------------------------------------
+
+
+def _recorded_dir() -> Path | None:
+    base = os.environ.get("FLEET_MCP_REFERENCE_DIR")
+    root = Path(base) if base else Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+    recorded = root / "coder" / "recorded"
+    return recorded if recorded.is_dir() and any(recorded.glob("*.yaml")) else None
+
+
+@pytest.fixture(scope="module")
+def interactions() -> list[dict[str, Any]]:
+    recorded = _recorded_dir()
+    if recorded is None:
+        pytest.skip("no Coder recordings: set FLEET_MCP_REFERENCE_DIR or provide ../shared/reference")
+    yaml = pytest.importorskip("yaml")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    found = []
+    for path in sorted([*recorded.glob("*.yaml"), *recorded.glob("history/*.yaml")]):
+        for index, item in enumerate(yaml.load(path.read_text(), Loader=loader)["interactions"]):
+            found.append({"where": f"{path.relative_to(recorded)}#{index}", **item})
+    return found
+
+
+def _response(item: dict[str, Any]) -> httpx.Response:
+    """The recorded answer as an httpx.Response (body already decoded by vcrpy)."""
+    recorded = item["response"]
+    skip = {"content-length", "content-encoding", "transfer-encoding"}
+    headers = [
+        (name, value)
+        for name, values in recorded["headers"].items()
+        if name.lower() not in skip
+        for value in values
+    ]
+    body = (recorded.get("body") or {}).get("string") or ""
+    request = httpx.Request(item["request"]["method"], item["request"]["uri"])
+    return httpx.Response(recorded["status"]["code"], headers=headers, content=body.encode(), request=request)
+
+
+def _model_for(method: str, uri: str) -> Any | None:
+    path = httpx.URL(uri).path
+    for route_method, pattern, model in ROUTES:
+        if method == route_method and re.fullmatch(pattern, path):
+            return model
+    return None
+
+
+def _datetimes(value: Any) -> Iterator[datetime]:
+    if isinstance(value, datetime):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _datetimes(getattr(value, name))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _datetimes(item)
+
+
+# --- meaningful checks per model -------------------------------------------------------
+
+
+def _check_build(build: WorkspaceBuild) -> None:
+    assert build.id and build.build_number >= 1
+    assert build.status in WORKSPACE_STATUSES, build.status
+    assert build.transition in TRANSITIONS, build.transition
+    assert build.job.status in JOB_STATUSES, build.job.status
+    for agent in build.agents:
+        assert agent.status in AGENT_STATUSES and agent.lifecycle_state in LIFECYCLES
+        for app in agent.apps:
+            assert app.slug and app.health in APP_HEALTH
+            assert all(status.state in APP_STATES for status in app.statuses)
+            times = [status.created_at for status in app.statuses]
+            assert times == sorted(times, reverse=True), "statuses must come newest first"
+
+
+def _check_workspace(ws: Workspace) -> None:
+    assert ws.id and ws.name and ws.owner_name and ws.template_id and ws.template_name
+    assert ws.created_at is not None
+    _check_build(ws.latest_build)
+    if ws.latest_app_status is not None:
+        assert ws.latest_app_status.state in APP_STATES
+
+
+def _check(model: Any, value: Any) -> None:
+    if model is WorkspacesPage:
+        assert value.count >= len(value.workspaces)
+        for ws in value.workspaces:
+            _check_workspace(ws)
+    elif model is Workspace:
+        _check_workspace(value)
+    elif model is WorkspaceBuild:
+        _check_build(value)
+    elif model in (Template, list[Template]):
+        for template in value if isinstance(value, list) else [value]:
+            assert template.id and template.name and template.active_version_id
+    elif model is list[RichParameter]:
+        assert all(p.name and p.type in PARAM_TYPES for p in value)
+    elif model is Presets:
+        assert value, "recorded presets are never empty"
+        for preset in value:
+            assert preset.id and preset.name and preset.parameters
+            assert all(p.name and p.value for p in preset.parameters)
+        assert sum(preset.default for preset in value) <= 1
+    elif model is list[Organization]:
+        assert value and all(org.id and org.name for org in value)
+    elif model is list[WorkspaceResource]:
+        assert all(r.id and r.type for r in value)
+
+
+# --- the recordings --------------------------------------------------------------------
+
+
+def test_every_recorded_body_parses(interactions: list[dict[str, Any]]) -> None:
+    parsed, seen, failures = 0, set(), []
+    for item in interactions:
+        method, uri = item["request"]["method"], item["request"]["uri"]
+        response = _response(item)
+        try:
+            if response.status_code >= 300:
+                if response.status_code == 303 or "json" in response.headers.get("content-type", ""):
+                    _check_error(response)
+                    parsed += 1
+                continue
+            model = _model_for(method, uri)
+            if model is None:
+                continue  # e.g. the experimental Tasks API, which the client does not read
+            value = TypeAdapter(model).validate_json(response.content)
+            _check(model, value)
+            for stamp in _datetimes(value):
+                assert stamp.tzinfo is not None and stamp.utcoffset() == timedelta(0), stamp
+            seen.add(model)
+            parsed += 1
+        except (AssertionError, ValidationError) as exc:
+            failures.append(f"{item['where']} {method} {uri}: {exc}")
+    print(f"parsed {parsed} recorded bodies")
+    assert not failures, "\n".join(failures[:10])
+    assert parsed > 0
+    expected = {WorkspacesPage, Workspace, list[Template], Template, Presets, list[RichParameter]}
+    assert expected <= seen, f"no recorded body for {expected - seen}"
+
+
+def _check_error(response: httpx.Response) -> None:
+    err = E.error_from_response(response)
+    if response.status_code == 303:
+        assert isinstance(err, E.Unauthorized)
+        assert "signed out" in err.message
+        return
+    body = json.loads(response.content)
+    expected = {400: E.BadRequest, 401: E.Unauthorized, 403: E.Forbidden, 404: E.NotFound,
+                409: E.Conflict, 410: E.Gone}.get(response.status_code, E.CoderError)
+    assert isinstance(err, expected), (type(err), response.status_code)
+    assert err.status == response.status_code and err.message == body["message"]
+    assert err.detail == (body.get("detail") or "")
+    assert [v.field for v in err.validations] == [v["field"] for v in body.get("validations") or []]
+
+
+def test_recorded_presets_are_pascal_case(interactions: list[dict[str, Any]]) -> None:
+    bodies = [_response(i).text for i in interactions if i["request"]["uri"].endswith("/presets")]
+    assert bodies and all('"ID"' in body and '"Parameters"' in body for body in bodies)
+    presets = TypeAdapter(Presets).validate_json(bodies[0])
+    assert {p.name for p in presets} >= {"Coder"} and presets[0].parameters[0].name == "system_prompt"
+
+
+# --- timestamps ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2025-11-10T11:38:10.714053+01:00", datetime(2025, 11, 10, 10, 38, 10, 714053, timezone.utc)),
+        ("2025-11-10T11:38:10.714053789+01:00", datetime(2025, 11, 10, 10, 38, 10, 714053, timezone.utc)),
+        ("2025-10-31T14:12:22.11223Z", datetime(2025, 10, 31, 14, 12, 22, 112230, timezone.utc)),
+        ("2025-10-31T14:12:22.123456789Z", datetime(2025, 10, 31, 14, 12, 22, 123456, timezone.utc)),
+        ("2025-10-31T09:00:00-05:30", datetime(2025, 10, 31, 14, 30, tzinfo=timezone.utc)),
+        ("2025-10-31T14:12:22Z", datetime(2025, 10, 31, 14, 12, 22, tzinfo=timezone.utc)),
+        ("0001-01-01T00:00:00Z", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_timestamps(text: str | None, expected: datetime | None) -> None:
+    value = parse_timestamp(text)
+    assert value == expected
+    if value is not None:
+        assert value.tzinfo is timezone.utc
+
+
+def test_timestamps_inside_models() -> None:
+    msg = AgentMessage.model_validate({"id": 3, "role": "agent", "content": "hi", "time": "2025-01-02T03:04:05.123456789+02:00"})
+    assert msg.time == datetime(2025, 1, 2, 1, 4, 5, 123456, timezone.utc)
+    with pytest.raises(ValidationError):
+        AgentMessage.model_validate({"id": 1, "time": "yesterday"})
+
+
+# --- presets and other lenient shapes ----------------------------------------------------------
+
+
+def test_presets_pascal_lower_and_null() -> None:
+    adapter = TypeAdapter(Presets)
+    pascal = adapter.validate_python([{
+        "ID": "p1", "Name": "Coder", "Default": True, "DesiredPrebuildInstances": 0,
+        "Parameters": [{"Name": "fleet_mcp_role", "Value": "coder"}], "Unknown": 1,
+    }])
+    lower = adapter.validate_python([{
+        "id": "p1", "name": "Coder", "default": True, "desiredPrebuildInstances": 0,
+        "parameters": [{"name": "fleet_mcp_role", "value": "coder"}],
+    }])
+    assert pascal == lower
+    assert pascal[0].default and pascal[0].parameters[0].value == "coder"
+    assert adapter.validate_python(None) == []
+    assert adapter.validate_json("null") == []
+    assert adapter.validate_python([{"ID": "p2", "Name": "Bare", "Parameters": None}])[0].parameters == []
+
+
+def test_null_slices_and_unknown_enums() -> None:
+    app = WorkspaceApp.model_validate({"id": "a", "slug": "ccw", "health": "brand-new", "statuses": None})
+    assert app.statuses == [] and app.health == "brand-new"
+    status = AgentStatus.model_validate({"status": "stable", "agent_type": "claude"})
+    assert status.transport is None
+    assert MessagesPage.model_validate({"messages": None}).messages == []
+
+
+def test_app_statuses_newest_first() -> None:
+    app = WorkspaceApp.model_validate({"id": "a", "slug": "ccw", "statuses": [
+        {"id": "1", "state": "working", "created_at": "2025-01-01T10:00:00Z"},
+        {"id": "3", "state": "idle", "created_at": "2025-01-01T12:00:00+01:00"},
+        {"id": "2", "state": "complete", "created_at": "2025-01-01T10:30:00Z"},
+    ]})
+    assert [s.id for s in app.statuses] == ["3", "2", "1"]  # 12:00+01:00 is the newest
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests must not see the developer's own Coder login or FLEET_MCP_* knobs."""
+    for name in list(os.environ):
+        if name.startswith(("CODER_", "FLEET_MCP_")) and name != "FLEET_MCP_REFERENCE_DIR":
+            monkeypatch.delenv(name)
+
+
+def test_settings_hide_token_and_normalise_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CODER_URL", "https://coder.example.com/")
+    monkeypatch.setenv("CODER_SESSION_TOKEN", "tok-SECRET-123")
+    monkeypatch.setenv("FLEET_MCP_APP_SLUG", "claude")
+    monkeypatch.setenv("FLEET_MCP_RETRY_BUDGET_S", "3")
+    settings = Settings(_env_file=None)
+    assert settings.coder_url == "https://coder.example.com"
+    assert settings.agentapi_app_slug == "claude" and settings.retry_budget_s == 3
+    assert settings.coder_session_token.get_secret_value() == "tok-SECRET-123"
+    for text in (repr(settings), str(settings), settings.model_dump_json()):
+        assert "tok-SECRET-123" not in text
+
+
+def test_settings_defaults() -> None:
+    settings = Settings(_env_file=None, coder_url="http://localhost:3000", coder_session_token="t")
+    assert (settings.agentapi_app_slug, settings.request_timeout_s, settings.connect_timeout_s) == ("ccw", 30, 5)
+    assert (settings.retry_budget_s, settings.cancel_wait_s, settings.delete_wait_s) == (20, 10, 60)
+
+
+def test_settings_missing_token() -> None:
+    with pytest.raises(ValidationError, match="CODER_SESSION_TOKEN"):
+        Settings(_env_file=None, coder_url="https://coder.example.com")
+
+
+@pytest.mark.parametrize("url", ["coder.example.com", "ftp://coder.example.com", "https://"])
+def test_settings_bad_url_does_not_echo_token(url: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        Settings(_env_file=None, coder_url=url, coder_session_token="tok-SECRET-123")
+    assert "tok-SECRET-123" not in str(info.value)
+
+
+# --- error mapping -------------------------------------------------------------------------------
+
+
+def _resp(status: int, body: str | dict, content_type: str = "application/json", **headers: str) -> httpx.Response:
+    content = json.dumps(body) if isinstance(body, dict) else body
+    return httpx.Response(status, headers={"content-type": content_type, **headers}, content=content.encode())
+
+
+def _page(status: int, title: str, description: str, path: str = "/@alice/ws.main/apps/ccw/status") -> httpx.Response:
+    # The shape of Coder's site/static/error.html.
+    page = (f"<!DOCTYPE html><html><head><title>{status} - {title}</title></head><body>"
+            f"<div class=\"container\"><h1>{status} - {title}</h1><p>{description}</p></div></body></html>")
+    response = _resp(status, page, "text/html; charset=utf-8")
+    response.request = httpx.Request("GET", f"https://coder.example.com{path}")
+    return response
+
+
+def test_json_error_body() -> None:
+    err = E.error_from_response(_resp(400, {
+        "message": "Validation failed.",
+        "validations": [{"field": "name", "detail": "Validation failed for tag \"workspace_name\""}],
+    }))
+    assert isinstance(err, E.BadRequest) and err.status == 400
+    assert err.validations == (E.Validation("name", "Validation failed for tag \"workspace_name\""),)
+    assert "name:" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [(400, E.BadRequest), (401, E.Unauthorized), (403, E.Forbidden), (404, E.NotFound), (409, E.Conflict),
+     (410, E.Gone), (422, E.BadRequest), (500, E.ServerError), (503, E.ServerError), (418, E.CoderError)],
+)
+def test_status_mapping(status: int, cls: type[E.CoderError]) -> None:
+    err = E.error_from_response(_resp(status, {"message": "m", "detail": "d"}))
+    assert type(err) is cls and (err.message, err.detail) == ("m", "d")
+
+
+def test_rate_limited_retry_after() -> None:
+    err = E.error_from_response(_resp(429, {"message": "slow down"}, **{"retry-after": "7"}))
+    assert isinstance(err, E.RateLimited) and err.retry_after == 7
+
+
+def test_login_redirect_is_unauthorized() -> None:
+    location = "https://coder.example.com/login?message=You+are+signed+out.&redirect=%2F%40alice%2Fws%2Fapps%2Fccw%2Fstatus"
+    err = E.error_from_response(_resp(303, '<a href="/login">See Other</a>.', "text/html", location=location))
+    assert isinstance(err, E.Unauthorized) and err.message == "You are signed out."
+
+
+@pytest.mark.parametrize(
+    ("response", "cls"),
+    [
+        (_page(400, "Workspace Offline", "Last workspace transition was to the &#34;stop&#34; state."), E.WorkspaceOffline),
+        (_page(404, "Application Unavailable", "Agent is not connected."), E.AppUnavailable),
+        (_page(502, "Application Unavailable", "Agent is not connected."), E.AppUnavailable),
+        (_page(502, "Bad Gateway", "Failed to proxy request to application: connection refused"), E.AppUnavailable),
+        (_page(404, "Application Not Found", "The application or workspace you are trying to access does not exist."), E.AppNotFound),
+        (_page(403, "Forbidden", "Path-based applications are disabled on this Coder deployment by the administrator."), E.PathAppsDisabled),
+        (_page(401, "Unauthorized", "Path-based applications are disabled on this Coder deployment by the administrator."), E.PathAppsDisabled),
+        (_page(500, "Internal Server Error", "An internal server error occurred."), E.ServerError),
+    ],
+)
+def test_app_proxy_pages(response: httpx.Response, cls: type[E.CoderError]) -> None:
+    err = E.error_from_response(response)
+    assert type(err) is cls and err.status == response.status_code
+    assert not re.match(r"^\d{3} -", err.message) and err.detail
+
+
+def test_html_502_outside_the_app_proxy_is_a_server_error() -> None:
+    err = E.error_from_response(_page(502, "Bad Gateway", "upstream went away", path="/api/v2/workspaces"))
+    assert type(err) is E.ServerError
+
+
+def test_workspace_offline_text_is_unescaped() -> None:
+    err = E.error_from_response(_page(400, "Workspace Offline", "Last transition was to the &#34;stop&#34; state."))
+    assert err.message == "Workspace Offline" and '"stop"' in err.detail
+
+
+def test_agentapi_busy_and_empty() -> None:
+    def problem(message: str) -> httpx.Response:
+        return _resp(500, {"title": "Internal Server Error", "status": 500, "detail": "unexpected error occurred",
+                           "errors": [{"message": f"failed to send message: {message}"}]}, "application/problem+json")
+
+    busy = E.error_from_response(problem("message can only be sent when the agent is waiting for user input"))
+    assert isinstance(busy, E.AgentBusy) and isinstance(busy, E.Conflict) and busy.status == 500
+    assert isinstance(E.error_from_response(problem("message must not be empty")), E.BadRequest)
+    invalid = _resp(422, {"title": "Unprocessable Entity", "status": 422, "detail": "validation failed",
+                          "errors": [{"message": "expected value to be one of \"user, raw\"", "location": "body.type"}]},
+                    "application/problem+json")
+    assert isinstance(E.error_from_response(invalid), E.BadRequest)
+
+
+def test_plain_text_error_body() -> None:
+    err = E.error_from_response(_resp(400, "Invalid host header", "text/plain"))
+    assert isinstance(err, E.BadRequest) and "Invalid host header" in err.detail
+
+
+def test_errors_never_show_the_token() -> None:
+    secret = "tok-SECRET-123"
+    err = E.error_from_response(_resp(401, {"message": f"bad {secret}", "detail": secret,
+                                            "validations": [{"field": "x", "detail": secret}]}), secret=secret)
+    for text in (str(err), repr(err), err.message, err.detail, *(v.detail for v in err.validations), *map(str, err.args)):
+        assert secret not in text
+
+
+# --- client construction (no I/O) --------------------------------------------------------------------
+
+
+def test_app_proxy_path_quotes_and_refuses_me() -> None:
+    assert app_proxy_path("alice", "ws-1", "main", "ccw", "status") == "/@alice/ws-1.main/apps/ccw/status"
+    assert app_proxy_path("alice", "ws-1", None, "ccw", "/messages") == "/@alice/ws-1/apps/ccw/messages"
+    assert app_proxy_path("a/b", "w?x", None, "c#d", "status") == "/@a%2Fb/w%3Fx/apps/c%23d/status"
+    with pytest.raises(ValueError):
+        app_proxy_path("me", "ws", None, "ccw", "status")
+
+
+async def test_client_keeps_no_cookies_and_hides_token() -> None:
+    settings = Settings(_env_file=None, coder_url="https://coder.example.com", coder_session_token="tok-SECRET-123")
+    async with CoderClient(settings) as client:
+        response = httpx.Response(
+            200, headers={"set-cookie": "csrf_token=abc; Path=/; HttpOnly"},
+            request=httpx.Request("GET", "https://coder.example.com/api/v2/workspaces"),
+        )
+        client._http.cookies.extract_cookies(response)
+        assert not list(client._http.cookies.jar)
+        assert "tok-SECRET-123" not in repr(client)
