@@ -122,7 +122,8 @@ async def test_lookup_by_owner_and_name(coder):
     ws = (await create_workspace(coder, "findme")).json()
     assert (await coder.get("/api/v2/users/me/workspace/findme")).json()["id"] == ws["id"]
     assert (await coder.get("/api/v2/users/demo/workspace/findme")).json()["id"] == ws["id"]
-    assert (await coder.get("/api/v2/users/me/workspace/FINDME")).status_code == 404
+    assert (await coder.get("/api/v2/users/me/workspace/FINDME")).json()["id"] == ws["id"]  # LOWER(name) in Coder
+    assert (await coder.get("/api/v2/users/me/workspace/findm")).status_code == 404
 
 
 async def test_members_cannot_see_other_users_workspaces(coder, alice):
@@ -167,9 +168,13 @@ class TestListQuery:
     async def test_param_presence_and_value(self, coder):
         managed, count = await self.names(coder, "owner:me param:fleet_mcp_managed=true")
         assert managed == ["alpha-one", "beta-two", "delta-pending"] and count == 3
-        assert (await self.names(coder, "owner:me param:fleet_mcp_role=MANAGER"))[0] == ["hand-made", "beta-two"]
+        assert (await self.names(coder, "owner:me param:fleet_mcp_role=MANAGER"))[0] == ["beta-two", "hand-made"]
         has_role, _ = await self.names(coder, "owner:me param:fleet_mcp_role")
         assert "gamma" not in has_role and "hand-made" in has_role
+
+    async def test_running_first_then_owner_then_name(self, coder):
+        everyone, _ = await self.names(coder, "")
+        assert everyone == ["alice-agent", "alpha-one", "beta-two", "dev-box", "gamma", "hand-made", "delta-pending"]
 
     async def test_limit_offset_and_total_count(self, coder):
         page, count = await self.names(coder, "owner:me param:fleet_mcp_managed=true", limit=2, offset=1)

@@ -178,7 +178,7 @@ class Backend:
     def workspace_by_name(self, actor: User, owner_ref: str, name: str, include_deleted: bool = False) -> Workspace:
         owner = self.user(actor, owner_ref)
         matches = [w for w in self.workspaces.values()
-                   if w.owner_id == owner.id and w.name == name and (include_deleted or not w.deleted)]
+                   if w.owner_id == owner.id and w.name.lower() == name.lower() and (include_deleted or not w.deleted)]
         if not matches or not self._visible(actor, matches[-1]):
             raise not_found()
         return matches[-1]
@@ -190,7 +190,7 @@ class Backend:
             owner_id = actor.id if f.owner == "me" else next(
                 (u.id for u in self.users.values() if u.username.lower() == f.owner), "none")
         found = []
-        for ws in sorted(self.workspaces.values(), key=lambda w: (w.created_at, w.name)):
+        for ws in sorted(self.workspaces.values(), key=self._list_order):
             if ws.deleted or not self._visible(actor, ws):
                 continue
             if owner_id and ws.owner_id != owner_id:
@@ -218,11 +218,17 @@ class Backend:
         page = found[offset:offset + limit] if limit else found[offset:]
         return page, len(found)
 
+    def _list_order(self, ws: Workspace) -> tuple:
+        """Coder's order: workspaces up and running first, then by owner, then by name."""
+        build = ws.latest_build
+        up = build.transition == "start" and build.job.status == "succeeded"
+        return (not up, self.users[ws.owner_id].username.lower(), ws.name.lower())
+
     @staticmethod
     def _params_match(build: Build, names: list[str], pairs: list[tuple[str, str]]) -> bool:
         # Several param terms are OR-ed, as in Coder's SQL.
         for name, value in build.parameters:
-            if name in names or (name, value.lower()) in pairs:
+            if name.lower() in names or (name.lower(), value.lower()) in pairs:
                 return True
         return False
 
