@@ -357,7 +357,7 @@ class Fleet:
             if loop.time() >= deadline:
                 raise FleetError("unavailable", "The workspace is still busy with a build; try again shortly.",
                                  {"workspace_status": ws.latest_build.status})
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(self.settings.poll_interval_s)
 
     # --- tasks ----------------------------------------------------------------
 
@@ -401,7 +401,7 @@ class Fleet:
             if (await self.client.agent_status(owner, ws.name)).status == "stable":
                 status = "idle"
                 break
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(self.settings.poll_interval_s)
         fresh = await self.client.workspace(ws.id)
         statuses = await self._statuses(fresh)
         last = statuses[0] if statuses else None

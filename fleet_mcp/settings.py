@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     retry_budget_s: float = Field(default=20.0, ge=0)
     cancel_wait_s: float = Field(default=10.0, ge=0)
     delete_wait_s: float = Field(default=60.0, ge=0)
+    poll_interval_s: float = Field(default=0.5, gt=0)
 
     @field_validator("coder_url")
     @classmethod

@@ -71,3 +71,57 @@ async def create_workspace(coder: httpx.AsyncClient, name: str, template: str = 
 
 def dumps(value) -> str:
     return json.dumps(value, indent=1)[:2000]
+
+
+# --- the fleet server, in memory, over the emulator ---------------------------
+
+def fleet_settings(**overrides):
+    from fleet_mcp.settings import Settings
+
+    values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
+              "poll_interval_s": 0.01, "cancel_wait_s": 2.0, "delete_wait_s": 2.0, **overrides}
+    return Settings(**values)
+
+
+class Tools:
+    """Calls the fleet's tools through a real MCP client; answers structured content or the error envelope."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    async def __call__(self, tool: str, **arguments):
+        result = await self.client.call_tool(tool, arguments, raise_on_error=False)
+        if result.is_error:
+            return json.loads(result.content[0].text)
+        return result.structured_content
+
+    async def error(self, tool: str, **arguments) -> dict:
+        answer = await self(tool, **arguments)
+        assert set(answer) == {"error", "message", "details"}, answer
+        return answer
+
+
+class CheckedTransport(httpx.AsyncBaseTransport):
+    """The fleet's own traffic to the emulator goes through the conformance check too."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, conformance: Conformance) -> None:
+        self.inner = inner
+        self.conformance = conformance
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        response.request = request
+        await self.conformance.hook(response)
+        return response
+
+
+@pytest.fixture
+async def tools(emulator: Emulator, conformance: Conformance) -> AsyncIterator[Tools]:
+    from fastmcp import Client
+
+    from fleet_mcp.server import build_server
+
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    server = build_server(fleet_settings(), transport=transport)
+    async with Client(server) as client:
+        yield Tools(client)
