@@ -45,6 +45,7 @@ class Backend:
         self.lifecycle = Lifecycle(self.clock, self.timings)
         self.rate_limit = False
         self.wildcard_hostname = ""
+        self.time_per_request = 0.0
         self.requests: Counter[str] = Counter()
         self.reset()
 
@@ -67,6 +68,16 @@ class Backend:
     def settle(self) -> None:
         """Let every timer that is due fire (builds progress, agents connect...)."""
         self.clock.run_due()
+
+    def on_request(self) -> None:
+        """Each request lets `time_per_request` seconds pass on a virtual clock, then settles.
+
+        With it, a client that polls sees time move as it polls, and tests of
+        waiting code need no sleeps and no threads.
+        """
+        if self.time_per_request and self.clock.virtual:
+            self.clock.advance(self.time_per_request)
+        self.settle()
 
     def now(self) -> datetime:
         return self.clock.now()

@@ -41,7 +41,7 @@ def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth
     key = f"{method} {path}"
 
     async def run(request: Request) -> Response:
-        backend.settle()
+        backend.on_request()
         backend.count(key)
         try:
             user = None
