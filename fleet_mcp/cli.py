@@ -14,6 +14,12 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleet-mcp", description="Run a fleet of Claude Code agents in Coder.")
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                        help="stdio (default) or streamable HTTP at /mcp")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP port")
+    parser.add_argument("--emulator", action="store_true",
+                        help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
     sub = parser.add_subparsers(dest="command")
     emu = sub.add_parser("emulator", help="serve a local Coder emulator (demo seed, real time)")
     emu.add_argument("--host", default="127.0.0.1")
@@ -39,12 +45,51 @@ def _emulator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from .preflight import StartupError, check_coder, load_settings
+    from .server import build_server
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    transport = None
+    try:
+        if args.emulator:
+            import httpx
+
+            from .emulator import REAL_TIME, Emulator
+
+            emulator = Emulator(virtual=False, timings=REAL_TIME)
+            transport = httpx.ASGITransport(app=emulator.app)
+            settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
+        else:
+            settings = load_settings()
+        who = asyncio.run(check_coder(settings, transport))
+    except StartupError as exc:
+        print(f"fleet-mcp: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
+    server = build_server(settings, transport=transport)
+    # FastMCP's lifespan cleanup runs on SIGINT but not SIGTERM: treat both alike.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        if args.transport == "http":
+            server.run(transport="http", host=args.host, port=args.port, show_banner=False)
+        else:
+            server.run(transport="stdio", show_banner=False)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "emulator":
         return _emulator(args)
-    print("fleet-mcp: serving the tools is not available yet; try `fleet-mcp emulator`", file=sys.stderr)
-    return 2
+    return _serve(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,50 @@
+"""Start-up checks: settings present, Coder reachable, token accepted.
+
+Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import httpx
+from pydantic import ValidationError
+
+from .coder import errors as ce
+from .coder.client import CoderClient
+from .settings import Settings
+
+__all__ = ["StartupError", "check_coder", "load_settings"]
+
+
+class StartupError(Exception):
+    """A reason the server cannot start, worded for the person starting it."""
+
+
+def load_settings(**overrides) -> Settings:
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        missing = [str(e["loc"][0]).upper() for e in exc.errors() if e["type"] == "missing"]
+        if missing:
+            raise StartupError(f"missing setting {', '.join(missing)}: set it in the environment or in .env "
+                               "(CODER_URL is your deployment's URL; CODER_SESSION_TOKEN comes from "
+                               "`coder tokens create`)") from None
+        first = exc.errors()[0]
+        raise StartupError(f"invalid setting {str(first['loc'][0]).upper()}: {first['msg']}") from None
+
+
+async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> str:
+    """Who the token belongs to; raises `StartupError` when Coder is unreachable or refuses the token."""
+    quick = settings.model_copy(update={"retry_budget_s": 0.0})
+    async with CoderClient(quick, transport=transport) as client:
+        try:
+            info = await client.buildinfo()
+            me = await client.me()
+        except ce.Unauthorized:
+            raise StartupError("Coder refused CODER_SESSION_TOKEN: create a fresh one with "
+                               "`coder tokens create` and set it") from None
+        except ce.CoderError as exc:
+            if exc.status is None:
+                raise StartupError(f"cannot reach Coder at CODER_URL={settings.coder_url}: {exc.message}") from None
+            raise StartupError(f"Coder at CODER_URL={settings.coder_url} answered {exc.status} "
+                               f"({exc.message}); is it a Coder deployment?") from None
+    return f"{me.username} on Coder {info.version}"
