@@ -14,10 +14,11 @@ from starlette.applications import Starlette
 from .backend import Backend
 from .clock import Clock
 from .control import Control, control_routes
+from .faults import FaultMiddleware
 from .lifecycle import Timings
 from .routes import coder_routes
 
-__all__ = ["REAL_TIME", "Emulator", "bind", "serve"]
+__all__ = ["REAL_TIME", "Emulator", "bind", "running", "serve"]
 
 # On real time a workspace is up within a few seconds.
 REAL_TIME = Timings(job_queue=0.2, start_build=1.0, stop_build=0.5, delete_build=0.5, cancel=0.3,
@@ -35,6 +36,7 @@ class Emulator:
         self.control.reset(seed)
         self.app = Starlette(routes=control_routes(self.control) + coder_routes(self.backend),
                              lifespan=self._lifespan)
+        self.app = FaultMiddleware(self.app, self.control.faults)  # skips /emulator/ itself
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -73,6 +75,29 @@ def bind(host: str, port: int) -> socket.socket:
 
 async def serve(app, sock: socket.socket, *, log_level: str = "warning") -> None:
     """Serve an ASGI app on a bound socket until SIGINT/SIGTERM, then return normally."""
+    await _server(app, log_level=log_level).serve(sockets=[sock])
+
+
+@contextlib.asynccontextmanager
+async def running(emulator: Emulator, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve `emulator` on a free port of `host` for the block, yielding its base URL; then stop uvicorn."""
+    sock = bind(host, 0)
+    server = _server(emulator.app, log_level="warning", log_config=None)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started and not task.done():
+            await asyncio.sleep(0.005)
+        if task.done():
+            task.result()
+            raise RuntimeError("the emulator stopped before it started serving")
+        yield f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def _server(app, **config):
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -90,5 +115,9 @@ async def serve(app, sock: socket.socket, *, log_level: str = "warning") -> None
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
-    server = Server(uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5))
-    await server.serve(sockets=[sock])
+        async def shutdown(self, sockets=None) -> None:
+            # Stalled requests would hold shutdown for the whole graceful timeout: end them first.
+            getattr(app, "release", lambda: None)()
+            await super().shutdown(sockets=sockets)
+
+    return Server(uvicorn.Config(app, lifespan="on", timeout_graceful_shutdown=5, **config))

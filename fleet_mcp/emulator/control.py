@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from . import seed
 from .backend import Backend
+from .faults import Faults, fault_routes
 from .state import ParameterSpec
 
 __all__ = ["Control", "control_routes"]
@@ -24,6 +25,7 @@ class Control:
     def __init__(self, backend: Backend, token: str) -> None:
         self.backend = backend
         self.token = token
+        self.faults = Faults(headers={"X-Coder-Build-Version": backend.version})
 
     def reset(self, seed_name: str = "demo") -> None:
         if seed_name == "demo":
@@ -33,6 +35,7 @@ class Control:
         else:
             raise ValueError(f"unknown seed {seed_name!r}: use 'demo' or 'empty'")
         self.backend.requests.clear()
+        self.faults.clear()
 
 
 async def _body(request: Request) -> dict:
@@ -52,9 +55,13 @@ def control_routes(control: Control) -> list[Route]:
 
     async def clock(request: Request) -> Response:
         if request.method == "POST":
-            b.clock.advance(float((await _body(request)).get("seconds", 0)))
+            data = await _body(request)
+            b.clock.advance(float(data.get("seconds", 0)))
+            if "per_request" in data:
+                b.time_per_request = max(0.0, float(data["per_request"]))
         b.settle()
-        return JSONResponse({"now": b.now().isoformat(), "elapsed": b.clock.elapsed(), "virtual": b.clock.virtual})
+        return JSONResponse({"now": b.now().isoformat(), "elapsed": b.clock.elapsed(), "virtual": b.clock.virtual,
+                             "per_request": b.time_per_request})
 
     async def requests(request: Request) -> Response:
         if request.method == "DELETE":
@@ -106,4 +113,5 @@ def control_routes(control: Control) -> list[Route]:
     paths: dict[str, list[str]] = {}
     for method, path in handlers:
         paths.setdefault(path, []).append(method)
-    return [Route(path, guard, methods=methods) for path, methods in paths.items()]
+    return [Route(path, guard, methods=methods) for path, methods in paths.items()] + fault_routes(
+        control.faults, control.token)
