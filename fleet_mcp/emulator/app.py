@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
+from .agentapi import AgentAPI
 from .backend import Backend
+from .claude import ClaudeCode
 from .clock import Clock
-from .control import Control, control_routes
+from .control import Control, agent_routes, control_routes
 from .faults import FaultMiddleware
 from .lifecycle import Timings
+from .proxy import AppHosts, AppProxy
 from .routes import coder_routes
 
 __all__ = ["REAL_TIME", "Emulator", "bind", "running", "serve"]
@@ -32,11 +35,14 @@ class Emulator:
                  seed: str = "demo", coder_version: str = "2.37") -> None:
         version = f"v{coder_version}.0+emulator"
         self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings(), version=version)
+        self.claude = ClaudeCode(self.backend)  # before the seed, so seeded agents run too
+        self.proxy = AppProxy(self.backend, self.claude, AgentAPI(self.claude))
         self.control = Control(self.backend, token)
         self.control.reset(seed)
-        self.app = Starlette(routes=control_routes(self.control) + coder_routes(self.backend),
-                             lifespan=self._lifespan)
+        self.app = Starlette(routes=control_routes(self.control) + agent_routes(self.backend, self.claude)
+                             + self.proxy.routes() + coder_routes(self.backend), lifespan=self._lifespan)
         self.app = FaultMiddleware(self.app, self.control.faults)  # skips /emulator/ itself
+        self.app = AppHosts(self.app, self.proxy)  # subdomain app URLs, as their path twins
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -45,6 +45,7 @@ class Backend:
         self.lifecycle = Lifecycle(self.clock, self.timings)
         self.rate_limit = False
         self.wildcard_hostname = ""
+        self.disable_path_apps = False  # Coder's --disable-path-apps
         self.time_per_request = 0.0
         self.requests: Counter[str] = Counter()
         self.reset()
@@ -59,6 +60,7 @@ class Backend:
         self.workspaces: dict[str, Workspace] = {}
         self.builds: dict[str, Build] = {}
         self.deployment_id = new_id()
+        self.sessions: dict[str, object] = {}  # workspace id -> AgentAPI session (claude.Session)
         self._hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
 
     def count(self, route: str) -> None:

@@ -13,10 +13,12 @@ from starlette.routing import Route
 
 from . import seed
 from .backend import Backend
+from .claude import ClaudeCode
 from .faults import Faults, fault_routes
+from .session import Script
 from .state import ParameterSpec
 
-__all__ = ["Control", "control_routes"]
+__all__ = ["Control", "agent_routes", "control_routes"]
 
 
 class Control:
@@ -94,6 +96,15 @@ def control_routes(control: Control) -> list[Route]:
                               startup_error=data.get("startup_error", False))
         return JSONResponse({"id": t.id, "active_version_id": t.active_version_id}, 201)
 
+    async def app_proxy(request: Request) -> Response:
+        """Coder's app settings: {wildcard_hostname ("*.apps.example.test" or ""), disable_path_apps}."""
+        data = await _body(request) if request.method == "POST" else {}
+        if "wildcard_hostname" in data:
+            b.wildcard_hostname = str(data["wildcard_hostname"] or "")
+        if "disable_path_apps" in data:
+            b.disable_path_apps = bool(data["disable_path_apps"])
+        return JSONResponse({"wildcard_hostname": b.wildcard_hostname, "disable_path_apps": b.disable_path_apps})
+
     async def guard(request: Request) -> Response:
         try:
             return await handlers[(request.method, request.url.path)](request)
@@ -109,9 +120,59 @@ def control_routes(control: Control) -> list[Route]:
         ("POST", "/emulator/rate-limit"): rate_limit,
         ("POST", "/emulator/fleet"): bulk,
         ("POST", "/emulator/templates"): template,
+        ("GET", "/emulator/app-proxy"): app_proxy,
+        ("POST", "/emulator/app-proxy"): app_proxy,
     }
     paths: dict[str, list[str]] = {}
     for method, path in handlers:
         paths.setdefault(path, []).append(method)
     return [Route(path, guard, methods=methods) for path, methods in paths.items()] + fault_routes(
         control.faults, control.token)
+
+
+def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
+    """`/emulator/agents/{workspace}/...` (owner `demo` unless `?owner=`): script, error, process."""
+
+    async def script(request: Request, ws) -> Response:
+        """{script: "[[pr]] [[finish:2]]"} or {finish, pr, fail, hang, permission, acp}; {transport}."""
+        data = await _body(request)
+        fields = {k: data[k] for k in ("finish", "pr", "fail", "hang", "permission", "acp") if k in data}
+        chosen = Script.parse(data["script"]) if data.get("script") else Script(**fields) if fields else None
+        transport = data.get("transport")
+        if transport not in (None, "pty", "acp"):
+            raise ValueError("transport must be 'pty' or 'acp'")
+        s = claude.set_script(ws, chosen, transport)
+        return JSONResponse({"script": vars(chosen) if chosen else None, "transport": s.transport})
+
+    async def error(request: Request, ws) -> Response:
+        """{message, level: error|warning}: an AgentAPI `agent_error` event."""
+        data = await _body(request)
+        level = data.get("level", "error")
+        if level not in ("error", "warning") or not isinstance(data.get("message"), str):
+            raise ValueError("expected {message: str, level: 'error'|'warning'}")
+        claude.inject_error(ws, data["message"], level)
+        return JSONResponse({"ok": True})
+
+    async def process(request: Request, ws) -> Response:
+        """{running: false} stops AgentAPI and Claude Code (the proxy answers 502); true starts them."""
+        s = claude.set_process(ws, bool((await _body(request)).get("running", True)))
+        return JSONResponse({"running": s.up})
+
+    def run(handler):
+        async def route(request: Request) -> Response:
+            backend.settle()
+            owner = request.query_params.get("owner", "demo")
+            name = request.path_params["workspace"]
+            ws = next((w for w in backend.workspaces.values() if not w.deleted and w.name == name
+                       and backend.users[w.owner_id].username == owner), None)
+            if ws is None:
+                return JSONResponse({"error": f"no workspace {owner}/{name}"}, 404)
+            try:
+                return await handler(request, ws)
+            except (ValueError, KeyError, TypeError) as exc:
+                return JSONResponse({"error": str(exc)}, 400)
+        return route
+
+    base = "/emulator/agents/{workspace}/"
+    return [Route(base + name, run(handler), methods=["POST"])
+            for name, handler in (("script", script), ("error", error), ("process", process))]
