@@ -72,12 +72,14 @@ def needs_attention(statuses: list[WorkspaceAppStatus], i: int) -> bool:
         return True
     if status.state != "idle":
         return False
-    for older in statuses[i + 1:]:  # newest first: walk back in time
-        if older.state in ("complete", "failure", "idle"):
+    worked = False
+    for older in statuses[i + 1:]:  # newest first: walk back to the previous idle
+        if older.state == "complete":
             return False
-        if older.state == "working":
-            return not any(s.state == "complete" for s in statuses[i + 1:statuses.index(older)])
-    return False
+        if older.state == "idle":
+            break
+        worked = True
+    return worked
 
 
 class Fleet:

@@ -1,0 +1,61 @@
+"""The fleet's pure rules: names, pagination, times, attention."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fleet_mcp.coder.schemas import WorkspaceAppStatus
+from fleet_mcp.fleet import check_name, iso, needs_attention, paginate
+from fleet_mcp.models import FleetError
+
+
+@pytest.mark.parametrize("name", ["a", "papi", "Sony", "agent-7", "a" * 20, "1x"])
+def test_good_names(name):
+    check_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "a" * 21, "-a", "a-", "a--b", "a_b", "a b", "new", "Create", "ä", "a\nb",
+                                  "owner:me", 'x"y', "a/b", "ｐａｐｉ"])
+def test_bad_names(name):
+    with pytest.raises(FleetError) as exc:
+        check_name(name)
+    assert exc.value.error == "bad_request"
+
+
+def test_pagination_clamps_size_and_refuses_bad_pages():
+    assert paginate(42, 1, 20) == (0, 20, 20, 3)
+    assert paginate(42, 3, 20) == (40, 60, 20, 3)
+    assert paginate(0, 1, 20) == (0, 20, 20, 1)
+    assert paginate(5, 1, 0)[2] == 1 and paginate(5, 1, 10_000)[2] == 100
+    with pytest.raises(FleetError):
+        paginate(5, 0, 10)
+
+
+def test_times_are_utc_with_z():
+    assert iso(datetime(2026, 1, 5, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=1)))) == "2026-01-05T09:00:00Z"
+    assert iso(None) is None
+
+
+def history(*states: str) -> list[WorkspaceAppStatus]:
+    """Newest first, as the tools list them."""
+    return [WorkspaceAppStatus(state=s) for s in states]
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    (("idle", "complete", "working"), False),
+    (("idle", "working", "working"), True),  # stopped working without saying it was done
+    (("idle", "failure", "working"), True),
+    (("failure", "working"), True),
+    (("working",), False),
+    (("idle",), False),
+    (("idle", "idle", "complete", "working"), False),
+    (("complete", "working"), False),
+])
+def test_needs_attention(states, expected):
+    assert needs_attention(history(*states), 0) is expected
+
+
+def test_deprecated_flag_still_counts():
+    assert needs_attention([WorkspaceAppStatus(state="working", needs_user_attention=True)], 0)
