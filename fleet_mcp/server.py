@@ -11,7 +11,7 @@ from fastmcp.server.lifespan import lifespan
 from .coder.client import CoderClient
 from .fleet import Fleet
 from .settings import Settings
-from .tools import register
+from .tools import Envelope, register
 
 __all__ = ["build_server"]
 
@@ -32,6 +32,6 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         async with CoderClient(settings, transport=transport) as client:
             yield {"fleet": Fleet(client, settings)}
 
-    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client)
+    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client, middleware=[Envelope()])
     register(mcp)
     return mcp

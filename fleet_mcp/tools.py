@@ -10,8 +10,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
+import pydantic
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import ValidationError as ArgumentsError
+from fastmcp.server.middleware import Middleware, MiddlewareContext
 from pydantic import Field
 
 from .coder import errors as ce
@@ -21,7 +24,7 @@ from .models import (
     TaskHistory, TaskResult,
 )
 
-__all__ = ["register"]
+__all__ = ["Envelope", "register"]
 
 log = logging.getLogger("fleet_mcp")
 T = TypeVar("T")
@@ -49,6 +52,32 @@ async def _run(call: Callable[[], Awaitable[T]]) -> T:
         log.warning("Coder request failed: %s", exc)
         raise ToolError(FleetError("unavailable", f"Coder could not complete the request: {exc.message}",
                                    {"status": exc.status}).envelope()) from None
+
+
+class Envelope(Middleware):
+    """Arguments the schema refuses, and anything unforeseen, answer as the contract's envelope too.
+
+    The model sees `bad_request` naming the fields (never echoing their values);
+    an unexpected fault is logged by type only and answered as `unavailable`.
+    """
+
+    async def on_call_tool(self, context: MiddlewareContext, call_next):
+        try:
+            return await call_next(context)
+        except ToolError:
+            raise
+        except ArgumentsError as exc:
+            cause = exc.__cause__
+            problems = [{"field": ".".join(map(str, e["loc"])) or "arguments", "problem": e["msg"]}
+                        for e in cause.errors(include_input=False, include_url=False)] \
+                if isinstance(cause, pydantic.ValidationError) else []
+            fields = ", ".join(p["field"] for p in problems) or "arguments"
+            raise ToolError(FleetError("bad_request", f"Invalid arguments: {fields}.", {"problems": problems})
+                            .envelope(), log_level=logging.INFO) from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: no trace leaves the server
+            log.error("unexpected %s in tool %s", type(exc).__name__, context.message.name)
+            raise ToolError(FleetError("unavailable", "The fleet server hit an unexpected problem; try again.")
+                            .envelope()) from None
 
 
 def register(mcp: FastMCP) -> None:

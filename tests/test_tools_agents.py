@@ -39,8 +39,8 @@ async def test_list_filters(tools, emulator, coder):
     await tools("create_agent", name="f-two", project="fleet-research", spec=SPEC)
     assert [a["name"] for a in (await tools("list_agents", project="Research Lab"))["agents"]] == ["f-two"]
     assert [a["name"] for a in (await tools("list_agents", status="pending"))["agents"]] == ["f-two"]
-    bad = await tools.client.call_tool("list_agents", {"status": "sleeping"}, raise_on_error=False)
-    assert bad.is_error
+    bad = await tools.error("list_agents", status="sleeping")
+    assert bad["error"] == "bad_request" and bad["details"]["problems"][0]["field"] == "status"
 
 
 @pytest.mark.parametrize("name", OUTSIDERS + ["ghost", "GHOST", "a b", "owner:me", "x" * 300])
@@ -123,3 +123,14 @@ async def test_list_costs_the_same_requests_at_3_and_300_agents(tools, coder):
     at_300 = await fleet_requests(tools, coder)
     assert (await tools("list_agents"))["total_count"] == 300
     assert at_3 == at_300 == 1
+
+
+async def test_coder_down_is_unavailable_and_a_refused_token_unauthorized(tools, coder):
+    await coder.post("/emulator/faults", json={"match": "GET /api/v2/workspaces", "kind": "status", "code": 503})
+    down = await tools.error("list_agents")
+    assert down["error"] == "unavailable"
+    await coder.delete("/emulator/faults")
+    await coder.post("/emulator/faults", json={"match": "* *", "kind": "token_expiry", "after": 0})
+    refused = await tools.error("list_agents")
+    assert refused["error"] == "unauthorized" and "CODER_SESSION_TOKEN" in refused["message"]
+    assert "demo-token" not in refused["message"]

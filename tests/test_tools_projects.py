@@ -105,9 +105,15 @@ async def test_taken_names_in_any_case_are_bad_request(tools, coder, name):
     assert await workspace_names(coder) == before
 
 
-async def test_missing_required_argument_is_an_error_not_a_crash(tools):
-    result = await tools.client.call_tool("create_agent", {"name": "x"}, raise_on_error=False)
-    assert result.is_error
+async def test_missing_or_extra_arguments_are_bad_request(tools, coder):
+    before = await workspace_names(coder)
+    missing = await tools.error("create_agent", name="x")
+    assert missing["error"] == "bad_request" and "project" in missing["message"] and "spec" in missing["message"]
+    extra = await tools.error("create_agent", name="x", project="fleet-demo", spec=SPEC, owner="alice")
+    assert extra["error"] == "bad_request" and extra["details"]["problems"][0]["field"] == "owner"
+    wrong_type = await tools.error("create_agent", name=["x"], project="fleet-demo", spec=SPEC)
+    assert wrong_type["error"] == "bad_request"
+    assert await workspace_names(coder) == before
 
 
 async def test_other_users_names_do_not_collide(tools, coder):

@@ -99,9 +99,8 @@ async def test_history_pagination(tools, emulator):
     for page in (0, -1):
         error = await tools.error("show_agent_task_history", agent_name="chatty", page=page)
         assert error["error"] == "bad_request"
-    bad = await tools.client.call_tool("show_agent_task_history", {"agent_name": "chatty", "page": "two"},
-                                       raise_on_error=False)
-    assert bad.is_error
+    bad = await tools.error("show_agent_task_history", agent_name="chatty", page="two")
+    assert bad["error"] == "bad_request" and bad["details"]["problems"][0]["field"] == "page"
 
 
 async def test_log_cuts_long_messages(tools, emulator):
