@@ -250,6 +250,8 @@ class Fleet:
 
     async def _agent(self, ws: Workspace, params: dict[str, str]) -> Agent:
         status, problem, _ = await self._live(ws)
+        if status in ("failed", "offline") and ws.latest_build.status == "running":
+            problem = await self._with_agent_errors(ws, problem)
         statuses = await self._statuses(ws)
         current = None
         if status in ("busy", "idle"):
@@ -270,6 +272,19 @@ class Fleet:
                 fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""),
                 fleet_mcp_project=params.get(PROJECT) or ws.template_name, fleet_mcp_agent_spec=params.get(SPEC, ""),
                 fleet_mcp_current_task=current, fleet_mcp_pull_request_url=pr))
+
+    async def _with_agent_errors(self, ws: Workspace, problem: str | None) -> str | None:
+        """Add what AgentAPI itself reported (`agent_error` events), when it can be reached."""
+        agent, _ = self._agent_and_app(ws)
+        try:
+            errors = await self.client.agent_errors(await self.username(), ws.name, agent.name if agent else None,
+                                                    wait=self.settings.agent_error_wait_s)
+        except ce.CoderError:
+            return problem
+        reported = [e.message for e in errors if e.message][-3:]
+        if not reported:
+            return problem
+        return " ".join(filter(None, [problem, "AgentAPI reported: " + "; ".join(reported)]))
 
     async def show(self, name: str) -> ShownAgent:
         ws, params = await self._find(name)

@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     cancel_wait_s: float = Field(default=10.0, ge=0)
     delete_wait_s: float = Field(default=60.0, ge=0)
     poll_interval_s: float = Field(default=0.5, gt=0)
+    agent_error_wait_s: float = Field(default=1.0, ge=0)
 
     @field_validator("coder_url")
     @classmethod

@@ -79,7 +79,8 @@ def fleet_settings(**overrides):
     from fleet_mcp.settings import Settings
 
     values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
-              "poll_interval_s": 0.01, "cancel_wait_s": 2.0, "delete_wait_s": 2.0, **overrides}
+              "poll_interval_s": 0.01, "cancel_wait_s": 2.0, "delete_wait_s": 2.0,
+              "agent_error_wait_s": 0.2, **overrides}
     return Settings(**values)
 
 

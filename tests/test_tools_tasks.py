@@ -150,3 +150,29 @@ async def test_unknown_agents_are_not_found_everywhere(tools):
     for tool, extra in [("start_agent_task", {"task_description": "x"}), ("cancel_agent_task", {}),
                         ("show_agent_task_history", {}), ("show_agent_log", {}), ("delete_agent", {})]:
         assert (await tools.error(tool, agent_name="nobody", **extra))["error"] == "not_found"
+
+
+async def test_show_reports_agentapi_errors_over_a_real_socket(emulator, conformance):
+    """`agent_error` only travels on AgentAPI's event stream, which needs a real socket to read."""
+    import httpx
+    from conftest import CheckedTransport, Tools, fleet_settings
+    from fastmcp import Client
+
+    from fleet_mcp.emulator.app import running
+    from fleet_mcp.server import build_server
+
+    async with running(emulator) as url:
+        async with httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": "demo-token"}) as coder:
+            await coder.post("/emulator/templates", json={"name": "crashy", "startup_error": True})
+            settings = fleet_settings(coder_url=url, agent_error_wait_s=2.0)
+            transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
+            async with Client(build_server(settings, transport=transport)) as client:
+                tools = Tools(client)
+                await tools("create_agent", name="crashy-1", project="crashy", spec="Work [[hang]]")
+                emulator.advance(30)
+                r = await coder.post("/emulator/agents/crashy-1/error",
+                                     json={"message": "claude exited: invalid API key", "level": "error"})
+                assert r.status_code < 300, r.text
+                agent = (await tools("show_agent", agent_name="crashy-1"))["agent"]
+    assert agent["status"] == "failed"
+    assert "startup script" in agent["problem"] and "claude exited: invalid API key" in agent["problem"]

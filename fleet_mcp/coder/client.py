@@ -7,6 +7,7 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 
 from __future__ import annotations
 
+import asyncio
 import json as _json
 import random
 from functools import lru_cache
@@ -20,7 +21,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
 from fleet_mcp.coder.schemas import (
-    AgentMessage, AgentStatus, BuildInfo, BuildParameter, MessagesPage, Organization, Preset, Presets,
+    AgentError, AgentMessage, AgentStatus, BuildInfo, BuildParameter, MessagesPage, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspacesPage,
 )
@@ -252,6 +253,38 @@ class CoderClient:
         """AgentAPI `POST /message`. `user` needs a `stable` agent (else `AgentBusy`); `raw` is keystrokes."""
         path = self._app(owner, workspace, agent, slug, "message")
         await self._request("POST", path, None, json={"content": content, "type": type})
+
+    async def agent_errors(self, owner: str, workspace: str, agent: str | None = None, slug: str | None = None,
+                           *, wait: float = 1.0) -> list[AgentError]:
+        """The `agent_error`s AgentAPI replays at the start of `/events` (bounded by `wait` seconds).
+
+        The stream replays messages, a status change, then stored errors, and goes
+        on live: reading stops at the first event after the errors, or after
+        `wait`, whichever comes first. Proxy failures raise as for other calls.
+        """
+        errors: list[AgentError] = []
+
+        async def read() -> None:
+            path = self._app(owner, workspace, agent, slug, "events")
+            async with self._http.stream("GET", path, headers={"Accept": "text/event-stream"}) as response:
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from_response(response, secret=self._secret)
+                event, replayed_status = "", False
+                async for line in response.aiter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                        if replayed_status and event != "agent_error":
+                            return
+                        replayed_status = replayed_status or event == "status_change"
+                    elif line.startswith("data:") and event == "agent_error":
+                        errors.append(AgentError.model_validate_json(line[5:].strip()))
+
+        try:
+            await asyncio.wait_for(read(), wait)
+        except (TimeoutError, httpx.HTTPError, pydantic.ValidationError):
+            pass
+        return errors
 
     def _app(self, owner: str, workspace: str, agent: str | None, slug: str | None, rest: str) -> str:
         return app_proxy_path(owner, workspace, agent, slug or self._settings.agentapi_app_slug, rest)

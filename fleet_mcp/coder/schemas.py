@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 __all__ = [
-    "AgentHealth", "AgentMessage", "AgentStatus", "BuildInfo", "BuildParameter", "MessagesPage",
+    "AgentError", "AgentHealth", "AgentMessage", "AgentStatus", "BuildInfo", "BuildParameter", "MessagesPage",
     "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
     "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Timestamp",
     "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
@@ -350,3 +350,11 @@ class AgentMessage(_Model):
 
 class MessagesPage(_Model):
     messages: ListOf[AgentMessage] = []
+
+
+class AgentError(_Model):
+    """An `agent_error` event of AgentAPI's `/events` stream (v0.12+)."""
+
+    level: Text = "error"
+    message: Text = ""
+    time: Timestamp = None
