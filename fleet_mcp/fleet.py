@@ -8,8 +8,6 @@ Coder see one fleet, and a restarted server re-adopts every agent.
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 from datetime import UTC, datetime
 
 from .coder import errors as ce
@@ -19,68 +17,13 @@ from .models import (
     Agent, AgentList, AgentLog, AgentSummary, CreatedAgent, DeletedAgent, DeleteResult, FleetError, LogMessage,
     Metadata, Project, Projects, Role, Roles, ShownAgent, Task, TaskHistory, TaskResult,
 )
+from .rules import (
+    BUILD_ACTIVE, ESC, FLEET_PARAMETERS, FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, NAME_RE, PR_LINK,
+    PROJECT, ROLE, SPEC, TASK, check_name, check_text, iso, needs_attention, paginate,
+)
 from .settings import Settings
 
-__all__ = ["FLEET_PARAMETERS", "Fleet", "MAX_SPEC", "NAME_RE"]
-
-NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$")
-MAX_NAME = 20
-MAX_SPEC = 65_536
-LIST_TASK_CHARS = 200
-LOG_MESSAGE_CHARS = 4_000
-MANAGED, ROLE, PROJECT, SPEC, TASK = (
-    "fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec", "fleet_mcp_current_task")
-FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
-FLEET_QUERY = f"owner:me param:{MANAGED}=true"
-PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
-ESC = "\x1b"
-BUILD_ACTIVE = ("pending", "running", "canceling")
-
-
-def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with `Z`, whatever offset Coder sent."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if dt else None
-
-
-def check_name(name: str) -> None:
-    if not (1 <= len(name) <= MAX_NAME) or not NAME_RE.match(name) or name.lower() in ("new", "create"):
-        raise FleetError("bad_request", f"Invalid agent name {name[:40]!r}: use 1-{MAX_NAME} letters, digits and "
-                         "single hyphens, starting and ending with a letter or digit.", {"field": "name"})
-
-
-def check_text(field: str, text: str) -> None:
-    if not text.strip():
-        raise FleetError("bad_request", f"{field} must not be empty.", {"field": field})
-    if len(text) > MAX_SPEC:
-        raise FleetError("bad_request", f"{field} is {len(text)} characters; at most {MAX_SPEC} are allowed.",
-                         {"field": field, "max": MAX_SPEC})
-
-
-def paginate(total: int, page: int, page_size: int) -> tuple[int, int, int, int]:
-    """(start, end, clamped page size, total pages); page must be ≥ 1."""
-    if page < 1:
-        raise FleetError("bad_request", "page must be 1 or more.", {"field": "page"})
-    size = min(max(page_size, 1), 100)
-    start = (page - 1) * size
-    return start, start + size, size, max(1, math.ceil(total / size))
-
-
-def needs_attention(statuses: list[WorkspaceAppStatus], i: int) -> bool:
-    """Failure; or idle after working without a `complete` in between; or the deprecated flag."""
-    status = statuses[i]
-    if status.state == "failure" or status.needs_user_attention:
-        return True
-    if status.state != "idle":
-        return False
-    worked = False
-    for older in statuses[i + 1:]:  # newest first: walk back to the previous idle
-        if older.state == "complete":
-            return False
-        if older.state == "idle":
-            break
-        worked = True
-    return worked
-
+__all__ = ["Fleet"]
 
 class Fleet:
     """The fleet's operations. One instance per server, over one `CoderClient`."""

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
-from fleet_mcp.fleet import check_name, iso, needs_attention, paginate
+from fleet_mcp.rules import check_name, iso, needs_attention, paginate
 from fleet_mcp.models import FleetError
 
 
