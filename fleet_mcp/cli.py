@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("--coder-version", default="2.37", choices=["2.37", "2.36"],
                      help="2.36 adds the Tasks API routes")
     emu.add_argument("--seed", default="demo", choices=["demo", "empty"])
+    sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
     return parser
 
 
@@ -89,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "emulator":
         return _emulator(args)
+    if args.command == "demo":
+        from .demo import main as demo
+
+        return demo()
     return _serve(args)
 
 

@@ -29,7 +29,8 @@ def load_settings(**overrides) -> Settings:
                                "(CODER_URL is your deployment's URL; CODER_SESSION_TOKEN comes from "
                                "`coder tokens create`)") from None
         first = exc.errors()[0]
-        raise StartupError(f"invalid setting {str(first['loc'][0]).upper()}: {first['msg']}") from None
+        reason = first["msg"].removeprefix("Value error, ")
+        raise StartupError(f"invalid setting {str(first['loc'][0]).upper()}: {reason}") from None
 
 
 async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> str:

@@ -6,7 +6,7 @@ import time
 
 import httpx
 import pytest
-from conftest import ALICE_TOKEN, TOKEN, fleet_settings
+from support import ALICE_TOKEN, TOKEN, fleet_settings
 
 from fleet_mcp.coder import errors as ce
 from fleet_mcp.coder.client import CoderClient

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from conftest import TOKEN, create_workspace
+from support import TOKEN, create_workspace
 
 from fleet_mcp.emulator import REAL_TIME, Emulator
 from fleet_mcp.emulator.app import running

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import create_workspace
+from support import create_workspace
 
 
 async def test_demo_seed(coder):

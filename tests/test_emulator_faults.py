@@ -16,7 +16,7 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.faults import ConnectionDropped
 
-from conftest import ALICE_TOKEN, TOKEN
+from support import ALICE_TOKEN, TOKEN
 
 SIGNED_OUT = "You are signed out or your session has expired. Please sign in again to continue."
 WORKSPACES = "/api/v2/workspaces"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import create_workspace, template_named
+from support import create_workspace, template_named
 
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Do the thing"}
 

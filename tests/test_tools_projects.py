@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import create_workspace
+from support import create_workspace
 
 SPEC = "Implement OAuth2 login. Include tests."
 

@@ -155,7 +155,7 @@ async def test_unknown_agents_are_not_found_everywhere(tools):
 async def test_show_reports_agentapi_errors_over_a_real_socket(emulator, conformance):
     """`agent_error` only travels on AgentAPI's event stream, which needs a real socket to read."""
     import httpx
-    from conftest import CheckedTransport, Tools, fleet_settings
+    from support import CheckedTransport, Tools, fleet_settings
     from fastmcp import Client
 
     from fleet_mcp.emulator.app import running

@@ -1,0 +1,85 @@
+"""Helpers the tests share: tokens, clients to the emulator, the fleet's tools through MCP.
+
+Plain functions and classes (fixtures live in conftest.py), importable as
+`from support import ...` from any test module.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from conformance import Conformance
+from fleet_mcp.emulator import Emulator
+
+TOKEN = "demo-token"
+ALICE_TOKEN = "demo-token-alice"
+
+
+def client_for(emulator: Emulator, conformance: Conformance, token: str | None = TOKEN) -> httpx.AsyncClient:
+    """An httpx client talking to the emulator in-process; every JSON answer is checked."""
+    headers = {"Coder-Session-Token": token} if token else {}
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=emulator.app), base_url="http://coder.test",
+                             headers=headers, event_hooks={"response": [conformance.hook]})
+
+
+async def template_named(coder: httpx.AsyncClient, name: str) -> dict:
+    r = await coder.get("/api/v2/organizations/coder/templates/" + name)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def create_workspace(coder: httpx.AsyncClient, name: str, template: str = "fleet-demo",
+                           params: dict[str, str] | None = None, **extra) -> httpx.Response:
+    t = await template_named(coder, template)
+    body = {"name": name, "template_id": t["id"],
+            "rich_parameter_values": [{"name": k, "value": v} for k, v in (params or {}).items()], **extra}
+    return await coder.post("/api/v2/users/me/workspaces", json=body)
+
+
+def dumps(value) -> str:
+    return json.dumps(value, indent=1)[:2000]
+
+
+# --- the fleet server, in memory, over the emulator ---------------------------
+
+def fleet_settings(**overrides):
+    from fleet_mcp.settings import Settings
+
+    values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
+              "poll_interval_s": 0.01, "cancel_wait_s": 2.0, "delete_wait_s": 2.0,
+              "agent_error_wait_s": 0.2, **overrides}
+    return Settings(**values)
+
+
+class Tools:
+    """Calls the fleet's tools through a real MCP client; answers structured content or the error envelope."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    async def __call__(self, tool: str, **arguments):
+        result = await self.client.call_tool(tool, arguments, raise_on_error=False)
+        if result.is_error:
+            return json.loads(result.content[0].text)
+        return result.structured_content
+
+    async def error(self, tool: str, **arguments) -> dict:
+        answer = await self(tool, **arguments)
+        assert set(answer) == {"error", "message", "details"}, answer
+        return answer
+
+
+class CheckedTransport(httpx.AsyncBaseTransport):
+    """The fleet's own traffic to the emulator goes through the conformance check too."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, conformance: Conformance) -> None:
+        self.inner = inner
+        self.conformance = conformance
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        response.request = request
+        await self.conformance.hook(response)
+        return response

@@ -1,0 +1,49 @@
+"""`fleet-mcp demo` as a real process: every step of the tour runs and is named, in under a minute."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+STEPS = ["1. Projects", "2. Roles", "3. Create two agents", "4. Watch them work", "5. Show the builder",
+         "6. Give the builder a follow-up task", "7. Task history", "8. Conversation log",
+         "9. Cancel the sleeper's task", "10. Delete both agents"]
+
+
+def test_demo_tours_every_tool_in_under_a_minute(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "demo"], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, check=False)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert took < 60
+    out = done.stdout  # not a TTY: plain text, no colour codes
+    assert "\x1b[" not in out
+    positions = [out.find(step) for step in STEPS]
+    assert -1 not in positions, [s for s, p in zip(STEPS, positions, strict=True) if p == -1]
+    assert positions == sorted(positions)
+    for tool in ["list_agent_projects", "list_agent_roles", "create_agent", "show_agent", "start_agent_task",
+                 "show_agent_task_history", "show_agent_log", "cancel_agent_task", "delete_agent", "list_agents"]:
+        assert tool in out
+    assert "https://github.com/example/repo/pull/" in out  # the builder's [[pr]] reached show_agent
+    assert "Task canceled." in out and "Tour complete" in out
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_failing_step_is_exit_1_with_the_step_named(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from fleet_mcp import demo
+
+    monkeypatch.setattr(demo, "PROJECT", "no-such-project")
+    out = io.StringIO()
+    assert await demo.tour(Console(file=out, width=100)) == 1
+    text = out.getvalue()
+    assert "1. Projects" in text
+    assert "fleet-mcp demo: step 2. Roles failed: list_agent_roles answered an error" in text
+    assert '"error": "not_found"' in text and "3. Create two agents" not in text

@@ -1,0 +1,233 @@
+"""`fleet-mcp` as a real process: stdio and HTTP with the official `mcp` client in both
+protocol eras, a clean stdout, a clean stop, and one clear line for each start-up failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+SERVER = [sys.executable, "-m", "fleet_mcp"]
+TOOLS = {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "show_agent_log",
+         "delete_agent", "start_agent_task", "cancel_agent_task", "list_agent_roles", "list_agent_projects"}
+ERAS = {"initialize": "2025-11-25", "discover": "2026-07-28"}
+SECRET = "s3cr3t-t0ken-do-not-print"
+WAIT_S = 20.0
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without any Coder or fleet settings, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lines:
+    """A subprocess pipe read by a thread, so every read can be bounded."""
+
+    def __init__(self, pipe) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(pipe,), daemon=True).start()
+
+    def _pump(self, pipe) -> None:
+        for line in pipe:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def next(self, timeout: float = WAIT_S) -> str | None:
+        return self.lines.get(timeout=timeout)
+
+    def rest(self, timeout: float = WAIT_S) -> list[str]:
+        out = []
+        while (line := self.next(timeout)) is not None:
+            out.append(line)
+        return out
+
+
+async def tour(session: ClientSession, era: str) -> None:
+    """The same calls in either era: what an orchestrator does first."""
+    await getattr(session, era)()
+    assert session.protocol_version == ERAS[era]
+    assert session.server_info.name == "fleet-mcp"
+    assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+    projects = await session.call_tool("list_agent_projects", {})
+    assert not projects.is_error
+    assert [p["name"] for p in projects.structured_content["projects"]] == ["fleet-demo", "fleet-research"]
+    created = await session.call_tool("create_agent", {"name": "scout", "project": "fleet-demo",
+                                                       "spec": "Map the repository. [[finish:1]]"})
+    assert not created.is_error, created.content
+    assert created.structured_content["agent"]["name"] == "scout"
+    listed = await session.call_tool("list_agents", {})
+    assert [a["name"] for a in listed.structured_content["agents"]] == ["scout"]
+    missing = await session.call_tool("show_agent", {"agent_name": "ghost"})
+    assert missing.is_error
+    envelope = json.loads(missing.content[0].text)
+    assert set(envelope) == {"error", "message", "details"} and envelope["error"] == "not_found"
+
+
+# --- stdio ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_stdio_serves_the_tools_in_both_eras(era):
+    with tempfile.TemporaryFile("w+") as errlog:
+        params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--emulator"], env=clean_env())
+        async with (asyncio.timeout(WAIT_S), stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session):
+            await tour(session, era)
+        errlog.seek(0)
+        assert "serving the fleet of demo" in errlog.read()  # logs go to stderr
+
+
+def test_stdio_stdout_carries_nothing_but_protocol():
+    proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env())
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
+    requests = [
+        ("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "by-hand", "version": "0"}}),
+        ("tools/list", {}),
+        ("tools/call", {"name": "create_agent", "arguments": {"name": "hand", "project": "fleet-demo",
+                                                              "spec": "By hand."}}),
+        ("tools/call", {"name": "show_agent", "arguments": {"agent_name": "ghost"}}),  # logged as an error
+    ]
+    answers = []
+    try:
+        for i, (method, params) in enumerate(requests, 1):
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n")
+            if method == "initialize":
+                proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+            proc.stdin.flush()
+            while True:  # notifications may come first; every line must be JSON-RPC
+                message = json.loads(out.next())
+                assert message["jsonrpc"] == "2.0"
+                if message.get("id") == i:
+                    answers.append(message)
+                    break
+        proc.stdin.close()  # EOF ends a stdio server
+        trailing = out.rest()
+        proc.wait(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for line in trailing:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert answers[0]["result"]["serverInfo"]["name"] == "fleet-mcp"
+    assert len(answers[1]["result"]["tools"]) == 10
+    assert not answers[2]["result"].get("isError")
+    assert answers[3]["result"]["isError"] is True
+    logs = "".join(err.rest())
+    assert "serving the fleet of demo" in logs and "Error calling tool 'show_agent'" in logs
+    assert proc.returncode == 0
+
+
+# --- HTTP on a real socket --------------------------------------------------------
+
+def test_http_serves_both_eras_and_stops_cleanly_on_sigterm(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+        proc = subprocess.Popen([*SERVER, "--emulator", "--transport", "http", "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=out, stderr=err, env=clean_env())
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                assert proc.poll() is None, (tmp_path / "err").read_text()
+                try:
+                    httpx.get(url, timeout=2)  # any HTTP answer means it serves
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the HTTP server did not come up"
+                    time.sleep(0.05)
+            asyncio.run(http_sessions(url))
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(WAIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    logs = (tmp_path / "err").read_text()
+    assert code == 0, logs
+    assert "Traceback" not in logs
+
+
+async def http_sessions(url: str) -> None:
+    for era, drive in (("initialize", tour), ("discover", tour_again)):
+        async with (asyncio.timeout(WAIT_S), streamable_http_client(url) as (read, write),
+                    ClientSession(read, write) as session):
+            await drive(session, era)
+
+
+async def tour_again(session: ClientSession, era: str) -> None:
+    """The second session finds the first one's agent: one server, one fleet."""
+    await getattr(session, era)()
+    assert session.protocol_version == ERAS[era]
+    assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+    listed = await session.call_tool("list_agents", {})
+    assert [a["name"] for a in listed.structured_content["agents"]] == ["scout"]
+    shown = await session.call_tool("show_agent", {"agent_name": "scout"})
+    assert not shown.is_error and shown.structured_content["agent"]["project"] == "fleet-demo"
+    missing = await session.call_tool("show_agent", {"agent_name": "ghost"})
+    assert missing.is_error and json.loads(missing.content[0].text)["error"] == "not_found"
+
+
+# --- start-up failures --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def coder_url() -> Iterator[str]:
+    """A `fleet-mcp emulator` on a real socket whose token is not SECRET."""
+    proc = subprocess.Popen([*SERVER, "emulator", "--port", "0", "--token", "the-right-token"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=clean_env())
+    lines = Lines(proc.stdout)
+    try:
+        settings = dict(lines.next().strip().partition("=")[::2] for _ in range(2))
+        assert settings["CODER_SESSION_TOKEN"] == "the-right-token"
+        yield settings["CODER_URL"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=WAIT_S)
+
+
+@pytest.mark.parametrize(("cause", "expected"), [
+    ("missing settings", "missing setting CODER_URL, CODER_SESSION_TOKEN"),
+    ("Coder unreachable", "cannot reach Coder at CODER_URL=http://127.0.0.1:"),
+    ("token refused", "Coder refused CODER_SESSION_TOKEN"),
+    ("invalid URL", "invalid setting CODER_URL"),
+    ("blank token", "invalid setting CODER_SESSION_TOKEN"),
+])
+def test_startup_failure_is_exit_2_and_one_line(request, tmp_path, cause, expected):
+    if cause == "missing settings":
+        env = {}
+    elif cause == "blank token":
+        env = {"CODER_URL": "https://coder.example.com", "CODER_SESSION_TOKEN": "   "}
+    else:
+        url = {"Coder unreachable": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+               "token refused": "coder_url", "invalid URL": "ftp://coder.example.com"}[cause]
+        env = {"CODER_URL": request.getfixturevalue(url) if url == "coder_url" else url,
+               "CODER_SESSION_TOKEN": SECRET}
+    # A temp cwd: no .env of the developer's is read.
+    done = subprocess.run(SERVER, env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("fleet-mcp: ") and expected in lines[0], lines[0]
+    assert SECRET not in done.stderr
