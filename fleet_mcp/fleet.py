@@ -143,8 +143,10 @@ class Fleet:
         status, _ = self._base_status(ws)
         if status != "ready":
             return status
+        # Only AgentAPI going stable makes the reporter say `idle`; `complete` or
+        # `failure` come just before it, while the agent is still winding down.
         fresh = self._fresh_status(ws)
-        return "busy" if fresh and fresh.state == "working" else "idle"
+        return "idle" if fresh is None or fresh.state == "idle" else "busy"
 
     async def list(self, status: str | None = None, project: str | None = None) -> AgentList:
         page = await self.client.workspaces(FLEET_QUERY)
