@@ -232,7 +232,8 @@ def coder_routes(b: Backend) -> list[Route]:
     ]
     routes = [endpoint(b, "GET", f"{v2}/buildinfo", buildinfo, auth=False)]
     routes += [endpoint(b, method, v2 + path, handler) for method, path, handler in table]
-    routes.append(Route(v2 + "/{rest:path}", _not_found(b), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
+    for prefix in (v2, "/api/experimental"):  # each router answers its own unknown routes
+        routes.append(Route(prefix + "/{rest:path}", _not_found(b), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
     return routes
 
 
