@@ -23,6 +23,8 @@ from .rules import (
 )
 from .settings import Settings
 
+ADOPT_ATTEMPTS = 4
+
 __all__ = ["Fleet"]
 
 class Fleet:
@@ -278,12 +280,21 @@ class Fleet:
         return True
 
     async def _adopt_after_failure(self, name: str) -> Workspace:
-        try:
-            ws, _ = await self._find(name)
-        except (FleetError, ce.CoderError):
-            raise FleetError("unavailable", "Coder did not confirm the new workspace and it cannot be found; "
-                             "nothing was created. Try again.", {"name": name}) from None
-        return ws
+        """After an ambiguous failure (no answer, 5xx), the workspace may exist or be about to.
+
+        Look for it a few times before answering, and never send the create again:
+        a second request could only make a second workspace or a false conflict.
+        """
+        for attempt in range(ADOPT_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(self.settings.poll_interval_s)
+            try:
+                ws, _ = await self._find(name)
+                return ws
+            except (FleetError, ce.CoderError):
+                continue
+        raise FleetError("unavailable", "Coder did not confirm the new workspace and it cannot be found; "
+                         "nothing was created. Try again.", {"name": name})
 
     async def delete(self, name: str) -> DeleteResult:
         ws, _ = await self._find(name)

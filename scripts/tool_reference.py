@@ -1,0 +1,81 @@
+"""Write the README's tool reference from the tools themselves.
+
+    python scripts/tool_reference.py          # rewrite the section in README.md
+    python scripts/tool_reference.py --check  # exit 1 when README.md is stale
+
+The section sits between `<!-- tools:start -->` and `<!-- tools:end -->`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+START, END = "<!-- tools:start -->", "<!-- tools:end -->"
+
+
+def _type(schema: dict) -> str:
+    if "anyOf" in schema:
+        return " or ".join(_type(s) for s in schema["anyOf"] if s.get("type") != "null")
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    return schema.get("type", "any")
+
+
+def _hints(annotations) -> str:
+    if annotations is None:
+        return ""
+    if annotations.readOnlyHint:
+        return "read-only"
+    words = ["destructive" if annotations.destructiveHint else "changes state"]
+    if annotations.idempotentHint:
+        words.append("idempotent")
+    return ", ".join(words)
+
+
+async def render() -> str:
+    from fleet_mcp.server import build_server
+    from fleet_mcp.settings import Settings
+
+    server = build_server(Settings(coder_url="http://coder.invalid", coder_session_token="unused"))
+    lines = []
+    for tool in await server.list_tools():
+        params = tool.parameters.get("properties", {})
+        required = set(tool.parameters.get("required", []))
+        lines += [f"### `{tool.name}` — {tool.title}", "", f"*{_hints(tool.annotations)}*", "",
+                  " ".join(line.strip() for line in (tool.description or "").splitlines()), ""]
+        if params:
+            lines += ["| parameter | type | required | description |", "|---|---|---|---|"]
+            for name, schema in params.items():
+                default = "" if name in required else f" (default `{schema.get('default')}`)"
+                lines.append(f"| `{name}` | {_type(schema)} | {'yes' if name in required else 'no'} | "
+                             f"{schema.get('description', '')}{default} |")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def updated(readme: str, reference: str) -> str:
+    head, _, rest = readme.partition(START)
+    _, _, tail = rest.partition(END)
+    return f"{head}{START}\n\n{reference}\n{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    readme = README.read_text()
+    if START not in readme or END not in readme:
+        print(f"README.md lacks the {START} / {END} markers", file=sys.stderr)
+        return 1
+    fresh = updated(readme, asyncio.run(render()))
+    if "--check" in argv:
+        if fresh != readme:
+            print("README.md's tool reference is stale: run python scripts/tool_reference.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
