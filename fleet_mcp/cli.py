@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="2.36 adds the Tasks API routes")
     emu.add_argument("--seed", default="demo", choices=["demo", "empty"])
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
+    doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects")
+    doctor.add_argument("--emulator", dest="doctor_emulator", action="store_true",
+                        help="check the embedded emulator (demo seed) instead of CODER_URL")
     return parser
 
 
@@ -94,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo
 
         return demo()
+    if args.command == "doctor":
+        from .doctor import main as doctor
+
+        return doctor(emulator=args.emulator or args.doctor_emulator)
     return _serve(args)
 
 

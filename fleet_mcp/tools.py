@@ -52,6 +52,10 @@ async def _run(call: Callable[[], Awaitable[T]]) -> T:
         log.warning("Coder request failed: %s", exc)
         raise ToolError(FleetError("unavailable", f"Coder could not complete the request: {exc.message}",
                                    {"status": exc.status}).envelope()) from None
+    except Exception as exc:  # noqa: BLE001 - FastMCP would answer str(exc); no detail leaves the server
+        log.error("unexpected %s in a tool", type(exc).__name__)
+        raise ToolError(FleetError("unavailable", "The fleet server hit an unexpected problem; try again.")
+                        .envelope()) from None
 
 
 class Envelope(Middleware):

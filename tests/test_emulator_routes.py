@@ -113,3 +113,23 @@ async def test_every_response_names_the_version(coder):
 
 def test_client_for_is_plain_httpx(emulator, conformance):
     assert isinstance(client_for(emulator, conformance), httpx.AsyncClient)
+
+
+async def test_template_version_resources_list_the_agents_apps(coder):
+    t = (await coder.get("/api/v2/organizations/coder/templates/fleet-demo")).json()
+    path = f"/api/v2/templateversions/{t['active_version_id']}/resources"
+    r = await coder.get(path)
+    assert r.status_code == 200
+    [resource] = r.json()
+    assert resource["workspace_transition"] == "start" and resource["job_id"] == t["active_version_id"]
+    [agent] = resource["agents"]
+    # The import's agent never connects; its apps carry no statuses.
+    assert (agent["name"], agent["status"], agent["lifecycle_state"]) == ("main", "connecting", "created")
+    assert [(a["slug"], a["statuses"], a["subdomain_name"]) for a in agent["apps"]] == [("ccw", [], "")]
+    again = (await coder.get(path)).json()
+    assert again[0]["agents"][0]["apps"][0]["id"] == agent["apps"][0]["id"]  # stable, as rows in a database
+    docker = (await coder.get("/api/v2/organizations/coder/templates/docker")).json()
+    docker_resources = (await coder.get(f"/api/v2/templateversions/{docker['active_version_id']}/resources")).json()
+    assert [a["slug"] for a in docker_resources[0]["agents"][0]["apps"]] == ["code-server"]
+    r = await coder.get("/api/v2/templateversions/00000000-0000-0000-0000-000000000000/resources")
+    assert r.status_code == 404

@@ -23,7 +23,7 @@ from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_
 from fleet_mcp.coder.schemas import (
     AgentError, AgentMessage, AgentStatus, BuildInfo, BuildParameter, MessagesPage, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
-    WorkspacesPage,
+    WorkspaceResource, WorkspacesPage,
 )
 from fleet_mcp.settings import Settings
 
@@ -138,6 +138,11 @@ class CoderClient:
     async def presets(self, version_id: str) -> list[Preset]:
         """The presets of a template version (`[]` when Coder answers `null`)."""
         return await self._request("GET", f"/api/v2/templateversions/{_seg(version_id)}/presets", Presets)
+
+    async def template_version_resources(self, version_id: str) -> list[WorkspaceResource]:
+        """What a template version provisions: its resources, their agents and each agent's apps."""
+        path = f"/api/v2/templateversions/{_seg(version_id)}/resources"
+        return await self._request("GET", path, list[WorkspaceResource])
 
     # --- workspaces -------------------------------------------------------------------
 

@@ -145,6 +145,11 @@ async def presets(request: Request, b: Backend, actor: User) -> Response:
     return JSONResponse([views.preset_json(p) for p in v.presets] or None)
 
 
+async def version_resources(request: Request, b: Backend, actor: User) -> Response:
+    v = b.template_version(request.path_params["templateversion"])
+    return JSONResponse(views.version_resources_json(v, b))
+
+
 async def regions(request: Request, b: Backend, actor: User) -> Response:
     base = str(request.base_url).rstrip("/")
     return JSONResponse({"regions": [{
@@ -218,6 +223,7 @@ def coder_routes(b: Backend) -> list[Route]:
         ("GET", "/templateversions/{templateversion}", version),
         ("GET", "/templateversions/{templateversion}/rich-parameters", rich_parameters),
         ("GET", "/templateversions/{templateversion}/presets", presets),
+        ("GET", "/templateversions/{templateversion}/resources", version_resources),
         ("GET", "/regions", regions),
         ("POST", "/users/{user}/workspaces", create_workspace),
         ("POST", "/organizations/{organization}/members/{user}/workspaces", create_workspace),

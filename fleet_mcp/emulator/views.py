@@ -7,6 +7,7 @@ clients meet real offsets.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "app_status_json", "build_json", "org_json", "parameter_json", "preset_json",
-    "template_json", "ts", "user_json", "version_json", "workspace_json",
+    "template_json", "ts", "user_json", "version_json", "version_resources_json", "workspace_json",
 ]
 
 ZONE = timezone(timedelta(hours=1))
@@ -149,20 +150,22 @@ def app_status_json(s: AppStatus, ws: Workspace) -> dict:
     }
 
 
-def _app_json(app: App, agent: Agent, ws: Workspace, owner: User) -> dict:
-    statuses = [app_status_json(s, ws) for s in reversed(ws.statuses) if s.app_id == app.id]
+def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None) -> dict:
+    # ws None: an app of a template version's import (no workspace: no statuses, no subdomain name).
+    statuses = [app_status_json(s, ws) for s in reversed(ws.statuses) if s.app_id == app.id] if ws else []
     return {
         "id": app.id, "url": "http://localhost:3284/", "external": False, "slug": app.slug,
         "display_name": "Claude Code" if app.slug == "ccw" else app.slug, "icon": "/icon/claude.svg",
-        "subdomain": False, "subdomain_name": f"{app.slug}--{agent.name}--{ws.name}--{owner.username}",
+        "subdomain": False,
+        "subdomain_name": f"{app.slug}--{agent.name}--{ws.name}--{owner.username}" if ws and owner else "",
         "sharing_level": "owner",
         "healthcheck": {"url": "http://localhost:3284/status", "interval": 3, "threshold": 20},
         "health": app.health, "hidden": False, "open_in": "slim-window", "statuses": statuses,
     }
 
 
-def _agent_json(agent: Agent, ws: Workspace, b: Backend) -> dict:
-    owner = b.users[ws.owner_id]
+def _agent_json(agent: Agent, ws: Workspace | None, b: Backend) -> dict:
+    owner = b.users[ws.owner_id] if ws else None
     healthy = agent.status == "connected" and agent.lifecycle_state not in ("start_error", "start_timeout")
     reason = {"connecting": "agent has not yet connected", "disconnected": "agent has lost connection",
               "timeout": "agent is taking too long to connect"}.get(agent.status, "")
@@ -183,6 +186,25 @@ def _agent_json(agent: Agent, ws: Workspace, b: Backend) -> dict:
         "display_apps": ["web_terminal", "port_forwarding_helper"], "log_sources": [], "scripts": [],
         "startup_script_behavior": "non-blocking",
     }
+
+
+def version_resources_json(v: TemplateVersion, b: Backend) -> list[dict]:
+    """What a version's import provisioned (GET /templateversions/{id}/resources): one container whose
+    agent `main` declares the version's apps. The agent never connects (Coder's rule: `timeout` once its
+    connection timeout has passed since the import); ids are stable, as rows in Coder's database are."""
+    def stable(*parts: str) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, "/".join((v.id, *parts))))
+
+    resource_id = stable("resource")
+    waited = (b.now() - v.created_at).total_seconds()
+    agent = Agent(id=stable("agent"), resource_id=resource_id, name="main", created_at=v.created_at,
+                  apps=[App(id=stable("app", slug), slug=slug) for slug in v.apps],
+                  status="timeout" if waited > 120 else "connecting")
+    return [{
+        "id": resource_id, "created_at": ts(v.created_at), "job_id": v.id, "workspace_transition": "start",
+        "type": "docker_container", "name": "workspace", "hide": False, "icon": "", "daily_cost": 0,
+        "metadata": [], "agents": [_agent_json(agent, None, b)],
+    }]
 
 
 def build_json(build: Build, ws: Workspace, b: Backend) -> dict:

@@ -1,0 +1,210 @@
+"""`fleet-mcp doctor`: is this Coder ready for a fleet, and which templates can run one?
+
+It checks that Coder answers at CODER_URL, which version it runs and whose the
+token is (the same one-line failures as the server's start-up, exit 2); then
+every template. A template is a fleet project when its active version
+declares `fleet_mcp_managed`; a project is complete when that version declares
+all five fleet parameters, offers the roles `coder`, `operator` and `manager`
+(as presets, or, without role presets, as options of `fleet_mcp_role`), gives
+the marker the default "false", and gives its agent the AgentAPI app. Exit 0
+when at least one project is complete, 1 when none is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import httpx
+
+from .coder import errors as ce
+from .coder.client import CoderClient
+from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
+from .preflight import StartupError, check_coder, load_settings
+from .rules import FLEET_PARAMETERS, MANAGED, ROLE
+from .settings import Settings
+
+__all__ = ["ROLES", "ProjectCheck", "Report", "diagnose", "main", "run"]
+
+ROLES = ("coder", "operator", "manager")
+EMULATOR_URL = "http://emulator.local"
+_OK, _FAIL, _OTHER = "ok  ", "FAIL", "--  "
+
+
+@dataclass
+class ProjectCheck:
+    """One fleet project: what it lacks (empty when complete) and how it offers roles."""
+
+    name: str
+    display_name: str = ""
+    lacks: list[str] = field(default_factory=list)
+    roles: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.lacks
+
+    @property
+    def title(self) -> str:
+        shown = self.display_name if self.display_name and self.display_name != self.name else ""
+        return f'{self.name} "{shown}"' if shown else self.name
+
+
+@dataclass
+class Report:
+    url: str
+    version: str
+    username: str
+    user_roles: list[str]
+    slug: str
+    projects: list[ProjectCheck]
+    others: list[ProjectCheck]  # templates that are not fleet projects
+    where: str = ""
+
+    @property
+    def complete(self) -> list[ProjectCheck]:
+        return [p for p in self.projects if p.complete]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.complete else 1
+
+    def lines(self) -> list[str]:
+        where = f" ({self.where})" if self.where else ""
+        roles = ", ".join(self.user_roles) or "member, no site roles"
+        out = ["Coder", f"  {_OK} reachable at {self.url}{where}", f"  {_OK} version {self.version}",
+               f"  {_OK} token valid: {self.username} (roles: {roles})",
+               f"Fleet projects (templates whose active version declares {MANAGED})"]
+        if not self.projects:
+            out.append(f"  {_FAIL} none: no template declares {MANAGED} (templates/fleet-agent is one that does)")
+        for p in self.projects:
+            if p.complete:
+                out.append(f"  {_OK} {p.title}: complete; {p.roles}")
+                continue
+            out.append(f"  {_FAIL} {p.title}: lacks" + (f" ({p.roles})" if p.roles else ""))
+            out += [f"         - {lack}" for lack in p.lacks]
+        if self.others:
+            out.append("Other templates")
+            out += [f"  {_OTHER} {p.title}: not a fleet project" for p in self.others]
+        done = len(self.complete)
+        out.append(f"{done} of {len(self.projects)} fleet project{'s' if len(self.projects) != 1 else ''} complete"
+                   + ("." if done else f": the fleet cannot create an agent (AgentAPI app slug {self.slug!r})."))
+        return out
+
+
+async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> Report:
+    """Read Coder through `client` and judge every template; Coder's own errors propagate."""
+    info, me, templates = await asyncio.gather(client.buildinfo(), client.me(), client.templates())
+    slug = settings.agentapi_app_slug
+    checks = await asyncio.gather(*(_check(client, t, slug) for t in templates))
+    return Report(url=settings.coder_url, version=info.version or "unknown", username=me.username,
+                  user_roles=[r.name for r in me.roles], slug=slug, where=where,
+                  projects=[c for c, fleet in checks if fleet], others=[c for c, fleet in checks if not fleet])
+
+
+async def _check(client: CoderClient, t: Template, slug: str) -> tuple[ProjectCheck, bool]:
+    """(the check, whether the template is a fleet project)."""
+    check = ProjectCheck(t.name, t.display_name)
+    version = t.active_version_id
+    params = await _read(check, "parameters", client.rich_parameters(version))
+    if params is None:
+        return check, True  # cannot tell: shown with the failure rather than hidden among the others
+    declared = {p.name: p for p in params}
+    if MANAGED not in declared:
+        return check, False
+    for name in FLEET_PARAMETERS:
+        if name not in declared:
+            check.lacks.append(f"parameter {name} (Coder drops values of undeclared parameters; "
+                               "list_agent_projects shows a template only with all five)")
+    default = declared[MANAGED].default_value
+    if default.strip().lower() != "false":
+        check.lacks.append(f'{MANAGED} defaults to {default!r}, not "false": a person\'s own workspace '
+                           "of this template would be taken for an agent")
+    presets, resources = await asyncio.gather(_read(check, "presets", client.presets(version)),
+                                              _read(check, "resources", client.template_version_resources(version)))
+    if presets is not None:
+        check.roles = _roles(check, declared.get(ROLE), presets)
+    if resources is not None:
+        _app(check, resources, slug)
+    return check, True
+
+
+async def _read(check: ProjectCheck, what: str, call):
+    try:
+        return await call
+    except ce.CoderError as exc:
+        check.lacks.append(f"its active version's {what} could not be read: {exc}")
+        return None
+
+
+def _roles(check: ProjectCheck, role: RichParameter | None, presets: list[Preset]) -> str:
+    """How the project offers roles (as the fleet reads them); records what is missing."""
+    options = [o.value for o in role.options] if role else []
+    by_role: dict[str, str] = {}
+    for preset in presets:
+        for setting in preset.parameters:
+            if setting.name == ROLE:
+                by_role.setdefault(setting.value, preset.name)
+                if options and setting.value not in options:
+                    check.lacks.append(f"preset {preset.name!r} sets {ROLE}={setting.value!r}, "
+                                       "which is not among its options")
+            elif setting.name in FLEET_PARAMETERS:
+                check.lacks.append(f"preset {preset.name!r} sets {setting.name}: a preset's value overrides "
+                                   "the one create_agent sends")
+    if by_role:
+        check.lacks += [f"preset for role {r} (one that sets {ROLE}={r})" for r in ROLES if r not in by_role]
+        return "roles from presets: " + ", ".join(by_role)
+    source = "no presets" if not presets else f"no preset sets {ROLE}"
+    if role is None:
+        return f"{source}, and no {ROLE} to take roles from"
+    if not options:
+        check.lacks.append(f"roles: {source} and {ROLE} has no options")
+        return f"{source}: roles come from the {ROLE} options"
+    check.lacks += [f"option {r} of {ROLE} ({source}: roles come from its options)" for r in ROLES
+                    if r not in options]
+    return f"{source}: roles from the {ROLE} options: " + ", ".join(options)
+
+
+def _app(check: ProjectCheck, resources: list[WorkspaceResource], slug: str) -> None:
+    agents = [agent for resource in resources for agent in resource.agents]
+    slugs = sorted({app.slug for agent in agents for app in agent.apps})
+    if not agents:
+        check.lacks.append(f"an agent with the AgentAPI app {slug!r}: the version declares no agent")
+    elif slug not in slugs:
+        check.lacks.append(f"the AgentAPI app {slug!r} on its agent (apps: {', '.join(slugs) or 'none'}); the "
+                           "claude-code module adds it with web_app = true, FLEET_MCP_APP_SLUG names another")
+
+
+async def run(settings: Settings, transport: httpx.AsyncBaseTransport | None = None, *, where: str = "",
+              out: TextIO | None = None) -> int:
+    """Check start-up as the server does (raises `StartupError`), then print the report; the exit code."""
+    await check_coder(settings, transport)
+    quick = settings.model_copy(update={"retry_budget_s": 0.0})
+    async with CoderClient(quick, transport=transport) as client:
+        try:
+            report = await diagnose(client, settings, where)
+        except ce.CoderError as exc:
+            raise StartupError(f"Coder at CODER_URL={settings.coder_url} failed while listing templates: "
+                               f"{exc}") from None
+    print("\n".join(report.lines()), file=out or sys.stdout, flush=True)
+    return report.exit_code
+
+
+def main(emulator: bool = False) -> int:
+    """`fleet-mcp doctor [--emulator]`: 0 a project is complete, 1 none is, 2 Coder cannot be used."""
+    transport = None
+    try:
+        if emulator:
+            from .emulator import Emulator
+
+            coder = Emulator()
+            transport = httpx.ASGITransport(app=coder.app)
+            settings = load_settings(coder_url=EMULATOR_URL, coder_session_token=coder.token)
+        else:
+            settings = load_settings()
+        return asyncio.run(run(settings, transport, where="the embedded emulator" if emulator else ""))
+    except StartupError as exc:
+        print(f"fleet-mcp: {exc}", file=sys.stderr)
+        return 2

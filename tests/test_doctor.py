@@ -1,0 +1,204 @@
+"""`fleet-mcp doctor`: Coder reachable, version, whose token, and what each fleet project lacks.
+
+Most tests run the doctor's core in-process on the emulator (every answer checked
+against the swagger); a few run `fleet-mcp doctor` as a real process for the exit
+codes. "No complete project" is had without touching the emulator's internals:
+with FLEET_MCP_APP_SLUG naming an app no template gives its agent, every fleet
+project of the demo seed lacks its AgentAPI app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from fleet_mcp import cli
+from fleet_mcp.coder.client import CoderClient
+from fleet_mcp.doctor import Report, diagnose, run
+from fleet_mcp.emulator.app import running
+from fleet_mcp.preflight import StartupError
+from support import CheckedTransport, fleet_settings
+
+DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
+FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]
+SECRET = "s3cr3t-doctor-t0ken"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+async def report_of(emulator, conformance, **settings) -> Report:
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    chosen = fleet_settings(**settings)
+    async with CoderClient(chosen, transport=transport) as client:
+        return await diagnose(client, chosen)
+
+
+async def add_template(coder: httpx.AsyncClient, **body) -> None:
+    r = await coder.post("/emulator/templates", json=body)
+    assert r.status_code == 201, r.text
+
+
+def project(report: Report, name: str):
+    return next(p for p in report.projects if p.name == name)
+
+
+async def test_demo_deployment_is_ready(emulator, conformance):
+    report = await report_of(emulator, conformance)
+    assert report.version == "v2.37.0+emulator"
+    assert (report.username, report.user_roles) == ("demo", ["owner"])
+    assert [p.name for p in report.projects] == ["fleet-demo", "fleet-research"]
+    assert all(p.complete for p in report.projects)
+    assert project(report, "fleet-demo").roles == "roles from presets: coder, operator, manager"
+    assert "no presets" in project(report, "fleet-research").roles
+    assert [p.name for p in report.others] == ["docker"]
+    assert report.exit_code == 0
+    text = "\n".join(report.lines())
+    assert 'fleet-demo "Fleet Demo": complete' in text
+    assert 'docker "Docker Containers": not a fleet project' in text
+    assert "token valid: demo (roles: owner)" in text
+    assert "2 of 2 fleet projects complete." in text
+
+
+async def test_a_missing_parameter_is_named(emulator, conformance, coder):
+    await add_template(coder, name="half-done", parameters=FOUR)
+    report = await report_of(emulator, conformance)
+    half = project(report, "half-done")
+    assert not half.complete
+    assert len(half.lacks) == 1 and half.lacks[0].startswith("parameter fleet_mcp_current_task")
+    lines = report.lines()
+    i = next(i for i, line in enumerate(lines) if "FAIL" in line)
+    assert "half-done: lacks" in lines[i] and "parameter fleet_mcp_current_task" in lines[i + 1]
+    assert report.exit_code == 0  # fleet-demo is still complete
+
+
+@pytest.mark.parametrize("apps", [[], ["code-server"]])
+async def test_a_template_without_the_agentapi_app(emulator, conformance, coder, apps):
+    await add_template(coder, name="no-app", apps=apps)
+    lacks = project(await report_of(emulator, conformance), "no-app").lacks
+    assert len(lacks) == 1 and "AgentAPI app 'ccw'" in lacks[0]
+    assert f"apps: {', '.join(apps) or 'none'}" in lacks[0]
+
+
+async def test_presets_without_manager(emulator, conformance, coder):
+    await add_template(coder, name="two-roles", presets={
+        "coder": {"fleet_mcp_role": "coder"}, "operator": {"fleet_mcp_role": "operator"}})
+    check = project(await report_of(emulator, conformance), "two-roles")
+    assert check.lacks == ["preset for role manager (one that sets fleet_mcp_role=manager)"]
+    assert check.roles == "roles from presets: coder, operator"
+
+
+async def test_without_presets_roles_come_from_the_options(emulator, conformance, coder):
+    role = {"name": "fleet_mcp_role", "default_value": "coder",
+            "options": [{"name": "Coder", "value": "coder"}, {"name": "Operator", "value": "operator"}]}
+    await add_template(coder, name="few-options", parameters=[role, *FOUR[2:], "fleet_mcp_managed",
+                                                              "fleet_mcp_current_task"])
+    check = project(await report_of(emulator, conformance), "few-options")
+    assert check.roles == "no presets: roles from the fleet_mcp_role options: coder, operator"
+    assert len(check.lacks) == 1 and check.lacks[0].startswith("option manager of fleet_mcp_role")
+
+
+async def test_marker_must_default_to_false(emulator, conformance, coder):
+    marker = {"name": "fleet_mcp_managed", "type": "bool", "default_value": "true"}
+    await add_template(coder, name="all-agents", parameters=[marker, *FOUR[1:], "fleet_mcp_current_task"])
+    lacks = project(await report_of(emulator, conformance), "all-agents").lacks
+    assert len(lacks) == 1 and lacks[0].startswith("fleet_mcp_managed defaults to 'true', not \"false\"")
+    assert "taken for an agent" in lacks[0]
+
+
+async def test_a_preset_must_not_set_the_spec(emulator, conformance, coder):
+    presets = {r: {"fleet_mcp_role": r} for r in ("coder", "operator", "manager")}
+    presets["coder"]["fleet_mcp_agent_spec"] = "Always this"
+    await add_template(coder, name="fixed-spec", presets=presets)
+    lacks = project(await report_of(emulator, conformance), "fixed-spec").lacks
+    assert lacks == [("preset 'coder' sets fleet_mcp_agent_spec: a preset's value overrides the one "
+                      "create_agent sends")]
+
+
+async def test_no_complete_project_is_exit_1(emulator, conformance):
+    report = await report_of(emulator, conformance, agentapi_app_slug="claude")
+    assert report.projects and not report.complete
+    assert all("AgentAPI app 'claude'" in p.lacks[0] for p in report.projects)
+    assert report.exit_code == 1
+    assert report.lines()[-1].startswith("0 of 2 fleet projects complete: the fleet cannot create an agent")
+
+
+def test_no_fleet_project_at_all_is_exit_1():
+    report = Report(url="https://coder.example.com", version="v2.37.0", username="me", user_roles=[],
+                    slug="ccw", projects=[], others=[])
+    assert report.exit_code == 1
+    text = "\n".join(report.lines())
+    assert "none: no template declares fleet_mcp_managed" in text
+    assert "(roles: member, no site roles)" in text
+
+
+async def test_run_prints_the_report_and_answers_the_exit_code(emulator, conformance):
+    out = io.StringIO()
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    assert await run(fleet_settings(), transport, out=out) == 0
+    assert out.getvalue().startswith("Coder\n  ok   reachable at http://coder.test\n")
+
+
+async def test_bad_token_or_no_coder_is_a_startup_error(emulator, conformance):
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    with pytest.raises(StartupError, match="Coder refused CODER_SESSION_TOKEN"):
+        await run(fleet_settings(coder_session_token="wrong-token"), transport, out=io.StringIO())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StartupError, match=f"cannot reach Coder at CODER_URL=http://127.0.0.1:{port}"):
+        await run(fleet_settings(coder_url=f"http://127.0.0.1:{port}"), out=io.StringIO())
+
+
+def test_global_emulator_flag_works_too(capsys):
+    assert cli.main(["--emulator", "doctor"]) == 0
+    assert "(the embedded emulator)" in capsys.readouterr().out
+
+
+def test_missing_settings_is_exit_2(monkeypatch, tmp_path, capsys):
+    for name in ("CODER_URL", "CODER_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env of the developer's
+    assert cli.main(["doctor"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fleet-mcp: missing setting CODER_URL")
+
+
+# --- as a real process ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("env", "code", "last"), [
+    ({}, 0, "2 of 2 fleet projects complete."),
+    ({"FLEET_MCP_APP_SLUG": "claude"}, 1, "0 of 2 fleet projects complete: the fleet cannot create an agent"),
+])
+def test_doctor_emulator_process(tmp_path, env, code, last):
+    done = subprocess.run([*DOCTOR, "--emulator"], env=clean_env(**env), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == code, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.strip().splitlines()
+    assert lines[:4] == ["Coder", "  ok   reachable at http://emulator.local (the embedded emulator)",
+                         "  ok   version v2.37.0+emulator", "  ok   token valid: demo (roles: owner)"]
+    assert any(line.startswith('  ok   fleet-demo "Fleet Demo"') for line in lines) == (code == 0)
+    assert lines[-1].startswith(last)
+
+
+async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
+    async with running(emulator) as url:
+        proc = await asyncio.create_subprocess_exec(
+            *DOCTOR, env=clean_env(CODER_URL=url, CODER_SESSION_TOKEN=SECRET), cwd=tmp_path,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, err
+    assert out == b""
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fleet-mcp: Coder refused CODER_SESSION_TOKEN"), lines
+    assert SECRET not in err.decode()
