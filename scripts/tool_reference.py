@@ -27,10 +27,10 @@ def _type(schema: dict) -> str:
 def _hints(annotations) -> str:
     if annotations is None:
         return ""
-    if annotations.readOnlyHint:
+    if annotations.read_only_hint:
         return "read-only"
-    words = ["destructive" if annotations.destructiveHint else "changes state"]
-    if annotations.idempotentHint:
+    words = ["destructive" if annotations.destructive_hint else "changes state"]
+    if annotations.idempotent_hint:
         words.append("idempotent")
     return ", ".join(words)
 
@@ -49,7 +49,8 @@ async def render() -> str:
         if params:
             lines += ["| parameter | type | required | description |", "|---|---|---|---|"]
             for name, schema in params.items():
-                default = "" if name in required else f" (default `{schema.get('default')}`)"
+                default = "" if name in required or schema.get("default") is None else \
+                    f" (default `{schema['default']}`)"
                 lines.append(f"| `{name}` | {_type(schema)} | {'yes' if name in required else 'no'} | "
                              f"{schema.get('description', '')}{default} |")
             lines.append("")

@@ -1,0 +1,25 @@
+"""The README says what the code does: its tool reference is current, its commands are the CI's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_tool_reference_is_current():
+    result = subprocess.run([sys.executable, "scripts/tool_reference.py", "--check"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_ci_runs_the_readmes_two_commands_verbatim():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    demo = 'python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/fleet-mcp demo'
+    suite = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
+    for command in (demo, suite):
+        assert command in readme and command in ci.splitlines()
+    assert ci.rstrip().splitlines()[-1] == suite  # the suite's result is CI's result
