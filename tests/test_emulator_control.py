@@ -54,3 +54,25 @@ async def test_bulk_fleet(coder):
     page = (await coder.get("/api/v2/workspaces", params={
         "q": "owner:me param:fleet_mcp_managed=true status:running", "limit": 10})).json()
     assert page["count"] == 25 and len(page["workspaces"]) == 10
+
+
+async def test_durations_are_settings(coder, emulator):
+    defaults = (await coder.get("/emulator/timings")).json()
+    assert defaults["start_build"] > 0 and set(defaults) >= {"job_queue", "agent_connect", "app_healthy"}
+    r = await coder.post("/emulator/timings", json={"job_queue": 0, "start_build": 20})
+    assert r.json()["start_build"] == 20
+    ws = (await create_workspace(coder, "slow-build")).json()
+    emulator.advance(10)
+    assert (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()["latest_build"]["status"] == "starting"
+    emulator.advance(15)
+    assert (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()["latest_build"]["status"] == "running"
+    assert (await coder.post("/emulator/timings", json={"warp": 1})).status_code == 400
+
+
+async def test_time_can_pass_per_request(coder):
+    before = (await coder.get("/emulator/clock")).json()["elapsed"]
+    await coder.post("/emulator/clock", json={"per_request": 2})
+    await coder.get("/api/v2/users/me")
+    await coder.get("/api/v2/users/me")
+    after = (await coder.get("/emulator/clock")).json()
+    assert after["per_request"] == 2 and after["elapsed"] == before + 4

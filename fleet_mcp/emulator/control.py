@@ -5,6 +5,7 @@ Unauthenticated on purpose: it is for tests, demos and benchmarks on loopback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from starlette.requests import Request
@@ -74,6 +75,15 @@ def control_routes(control: Control) -> list[Route]:
         b.rate_limit = bool((await _body(request)).get("enabled", True))
         return JSONResponse({"enabled": b.rate_limit})
 
+    async def timings(request: Request) -> Response:
+        """Read or change how long each lifecycle step takes (seconds), e.g. {"start_build": 5}."""
+        if request.method == "POST":
+            for name, seconds in (await _body(request)).items():
+                if name not in b.timings.__dataclass_fields__ or float(seconds) < 0:
+                    raise ValueError(f"unknown timing {name!r} or negative seconds")
+                setattr(b.timings, name, float(seconds))
+        return JSONResponse(dataclasses.asdict(b.timings))
+
     async def bulk(request: Request) -> Response:
         data = await _body(request)
         names = seed.bulk_fleet(b, int(data.get("count", 10)), template=data.get("template", "fleet-demo"),
@@ -119,6 +129,8 @@ def control_routes(control: Control) -> list[Route]:
         ("GET", "/emulator/requests"): requests,
         ("DELETE", "/emulator/requests"): requests,
         ("POST", "/emulator/rate-limit"): rate_limit,
+        ("GET", "/emulator/timings"): timings,
+        ("POST", "/emulator/timings"): timings,
         ("POST", "/emulator/fleet"): bulk,
         ("POST", "/emulator/templates"): template,
         ("GET", "/emulator/app-proxy"): app_proxy,
