@@ -16,7 +16,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleet-mcp", description="Run a fleet of Claude Code agents in Coder.")
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                         help="stdio (default) or streamable HTTP at /mcp")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="HTTP bind address; anything but loopback needs FLEET_MCP_AUTH_TOKEN")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--emulator", action="store_true",
                         help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
@@ -51,10 +52,8 @@ def _emulator(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     import logging
-    import signal
 
     from .preflight import StartupError, check_coder, load_settings
-    from .server import build_server
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore"):
@@ -71,21 +70,30 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
         else:
             settings = load_settings()
+        if args.transport == "http":
+            from .http import refuse_bind
+
+            if reason := refuse_bind(args.host, settings):
+                raise StartupError(reason)
+        if settings.audit_log is not None:
+            from .audit import cannot_open
+
+            if reason := cannot_open(settings.audit_log):
+                raise StartupError(reason)
         who = asyncio.run(check_coder(settings, transport))
     except StartupError as exc:
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
+    from .server import build_server
+    from .serving import serve_http, serve_stdio
+
     server = build_server(settings, transport=transport)
-    # FastMCP's lifespan cleanup runs on SIGINT but not SIGTERM: treat both alike.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        if args.transport == "http":
-            server.run(transport="http", host=args.host, port=args.port, show_banner=False)
-        else:
-            server.run(transport="stdio", show_banner=False)
-    except KeyboardInterrupt:
-        pass
+    # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
+    if args.transport == "http":
+        asyncio.run(serve_http(server, settings, args.host, args.port))
+    else:
+        asyncio.run(serve_stdio(server))
     return 0
 
 

@@ -1,8 +1,10 @@
-"""Builds the FastMCP app; its lifespan opens and closes the Coder client."""
+"""Builds the FastMCP app; its lifespan opens and closes the Coder client (and the audit log)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from contextlib import nullcontext
 
 import httpx
 from fastmcp import FastMCP
@@ -15,6 +17,8 @@ from .tools import Envelope, register
 
 __all__ = ["build_server"]
 
+log = logging.getLogger("fleet_mcp")
+
 INSTRUCTIONS = (
     "Run a fleet of Claude Code agents, each in its own Coder workspace. Find a project with "
     "list_agent_projects and a role with list_agent_roles, create_agent with a spec, watch with "
@@ -25,13 +29,28 @@ INSTRUCTIONS = (
 
 
 def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastMCP:
-    """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator)."""
+    """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator).
+
+    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each.
+    """
+    middleware = [Envelope()]
+    audit = None
+    if settings.audit_log is not None:
+        from .audit import AuditLog
+
+        # Outermost, so it records what the client gets: the envelope, after Envelope has shaped it.
+        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token])
+        middleware.insert(0, audit)
 
     @lifespan
     async def open_client(server: FastMCP) -> AsyncIterator[dict]:
-        async with CoderClient(settings, transport=transport) as client:
-            yield {"fleet": Fleet(client, settings)}
+        with audit.opened() if audit else nullcontext():
+            try:
+                async with CoderClient(settings, transport=transport) as client:
+                    yield {"fleet": Fleet(client, settings)}
+            finally:
+                log.info("Coder client closed")
 
-    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client, middleware=[Envelope()])
+    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client, middleware=middleware)
     register(mcp)
     return mcp

@@ -6,10 +6,12 @@ shell already logged in to Coder works as is; our own knobs are `FLEET_MCP_*`.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings"]
 
@@ -48,6 +50,10 @@ class Settings(BaseSettings):
     delete_wait_s: float = Field(default=60.0, ge=0)
     poll_interval_s: float = Field(default=0.5, gt=0)
     agent_error_wait_s: float = Field(default=1.0, ge=0)
+    # Serving over HTTP (FLEET_MCP_AUTH_TOKEN, FLEET_MCP_ALLOWED_HOSTS) and the audit log (FLEET_MCP_AUDIT_LOG).
+    auth_token: SecretStr | None = None
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    audit_log: Path | None = None
 
     @field_validator("coder_url")
     @classmethod
@@ -66,3 +72,21 @@ class Settings(BaseSettings):
         if not value.get_secret_value().strip():
             raise ValueError("CODER_SESSION_TOKEN is empty")
         return SecretStr(value.get_secret_value().strip())
+
+    @field_validator("auth_token")
+    @classmethod
+    def _blank_auth_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+        token = value.get_secret_value().strip() if value is not None else ""
+        return SecretStr(token) if token else None
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [host.strip() for host in value.split(",") if host.strip()]
+        return value
+
+    @field_validator("audit_log", mode="before")
+    @classmethod
+    def _blank_path_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value

@@ -1,0 +1,186 @@
+"""Serving over HTTP safely: loopback unless a token is set, bearer auth, Host/Origin checks, draining.
+
+- `refuse_bind` says why a bind address is refused: anything but loopback
+  needs `FLEET_MCP_AUTH_TOKEN`.
+- `build_app` is FastMCP's streamable-HTTP app at /mcp with FastMCP's own
+  Host/Origin guard in strict mode (421 for a Host that is not the bound
+  host, localhost, 127.0.0.1, [::1] or one of `FLEET_MCP_ALLOWED_HOSTS`; 403
+  for an Origin of any other host), then `Gate` (pure ASGI, so streaming
+  responses pass untouched): the bearer token, compared in constant time, and
+  the drain on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from ipaddress import ip_address
+
+from fastmcp import FastMCP
+from pydantic import SecretStr
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .settings import Settings
+
+__all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
+
+MCP_PATH = "/mcp"
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_bind(host: str, settings: Settings) -> str | None:
+    """Why `fleet-mcp --transport http --host <host>` must not start, or None."""
+    if is_loopback(host) or settings.auth_token is not None:
+        return None
+    return (f"refusing to serve HTTP on {host}, which is not a loopback address, without "
+            "FLEET_MCP_AUTH_TOKEN: set it (clients then send Authorization: Bearer <token>) or bind 127.0.0.1")
+
+
+def allowed_hosts(host: str, settings: Settings) -> list[str]:
+    """Host headers accepted besides localhost, 127.0.0.1 and [::1] (FastMCP's defaults)."""
+    hosts = list(settings.allowed_hosts)
+    try:
+        unspecified = ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        unspecified = False
+    if not unspecified and host not in hosts:
+        hosts.append(host)  # FastMCP also accepts the address a connection arrived on
+    return hosts
+
+
+def allowed_origins(settings: Settings) -> list[str]:
+    """Browser origins of the allow-listed names, on any scheme and port (loopback and same-origin pass anyway)."""
+    return [f"{scheme}://{name}:*" for name in settings.allowed_hosts for scheme in ("http", "https")]
+
+
+class Drain:
+    """Set once on shutdown: streams that only wait for server messages end, new requests get 503."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self._event: asyncio.Event | None = None
+
+    def _wait_event(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.draining:
+                self._event.set()
+        return self._event
+
+    def start(self) -> None:
+        """Begin draining (call on the event loop's thread, outside a signal handler)."""
+        self.draining = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        await self._wait_event().wait()
+
+
+def _digest(value: bytes) -> bytes:
+    return hashlib.sha256(value).digest()
+
+
+async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class Gate:
+    """Pure ASGI middleware: `Authorization: Bearer <token>` when a token is set; the drain on shutdown."""
+
+    def __init__(self, app: ASGIApp, token: SecretStr | None = None, drain: Drain | None = None) -> None:
+        self.app = app
+        # Only digests are kept and compared: constant time, whatever the lengths.
+        self._digest = _digest(token.get_secret_value().encode()) if token is not None else None
+        self.drain = drain or Drain()
+
+    def authorized(self, scope: Scope) -> bool | None:
+        """True when the bearer token matches, False when it is wrong, None when there is none."""
+        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        if header is None:
+            return None
+        scheme, _, credentials = header.strip().partition(b" ")
+        if scheme.lower() != b"bearer" or not credentials.strip():
+            return None
+        return hmac.compare_digest(_digest(credentials.strip()), self._digest)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)  # lifespan (and no websockets are served)
+            return
+        if self.drain.draining:
+            await _send_json(send, 503, {"error": "unavailable", "message": "The server is shutting down.",
+                                         "details": {}}, [(b"connection", b"close"), (b"retry-after", b"1")])
+            return
+        if self._digest is not None:
+            verdict = self.authorized(scope)
+            if not verdict:
+                challenge = b'Bearer realm="fleet-mcp"' + (b', error="invalid_token"' if verdict is False else b"")
+                await _send_json(send, 401, {
+                    "error": "unauthorized",
+                    "message": "This server needs the header Authorization: Bearer <FLEET_MCP_AUTH_TOKEN>; "
+                               + ("the token sent is wrong." if verdict is False else "none was sent."),
+                    "details": {}}, [(b"www-authenticate", challenge)])
+                return
+        if scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        state = {"started": False, "complete": False}
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["complete"] = True
+            await send(message)
+
+        await self.app(scope, self._until_drained(receive), tracked)
+        if state["started"] and not state["complete"] and self.drain.draining:
+            # A stream ended by the drain: close it properly (the client did not go away).
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _until_drained(self, receive: Receive) -> Receive:
+        """A GET stream (server-to-client messages only) reads as disconnected once draining starts."""
+
+        async def wrapped() -> Message:
+            if self.drain.draining:
+                return {"type": "http.disconnect"}
+            message = asyncio.ensure_future(receive())
+            drained = asyncio.ensure_future(self.drain.wait())
+            try:
+                await asyncio.wait({message, drained}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for future in (message, drained):
+                    if not future.done():
+                        future.cancel()
+            if message.done() and not message.cancelled():
+                return message.result()
+            return {"type": "http.disconnect"}
+
+        return wrapped
+
+
+def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> ASGIApp:
+    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, then the Gate."""
+    return server.http_app(
+        path=MCP_PATH,
+        host_origin_protection=True,  # strict: every request's Host and Origin are checked
+        allowed_hosts=allowed_hosts(host, settings),
+        allowed_origins=allowed_origins(settings),
+        middleware=[Middleware(Gate, token=settings.auth_token, drain=drain)],
+    )

@@ -1,0 +1,74 @@
+"""Helpers for tests that run `fleet-mcp` as a real process: a clean environment, free ports,
+an HTTP server that is up before the test goes on, and bounded waits everywhere."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+SERVER = [sys.executable, "-m", "fleet_mcp"]
+WAIT_S = 20.0
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without any Coder or fleet settings, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen
+    url: str  # http://127.0.0.1:<port>/mcp
+    port: int
+    stderr: Path
+
+    def logs(self) -> str:
+        return self.stderr.read_text()
+
+
+@contextmanager
+def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+                host: str = "127.0.0.1") -> Iterator[Running]:
+    """`fleet-mcp --emulator --transport http` on a free port, answering before this yields."""
+    port = free_port()
+    err = tmp_path / f"stderr-{port}.log"
+    with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
+        proc = subprocess.Popen([*SERVER, "--emulator", "--transport", "http", "--host", host, "--port", str(port),
+                                 *args], stdout=out, stderr=errfile, stdin=subprocess.DEVNULL,
+                                env=env or clean_env(), cwd=tmp_path)
+    running = Running(proc, f"http://127.0.0.1:{port}/mcp", port, err)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            assert proc.poll() is None, running.logs()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=2)  # any HTTP answer means it serves
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the HTTP server did not come up"
+                time.sleep(0.05)
+        yield running
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(WAIT_S)

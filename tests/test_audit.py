@@ -1,0 +1,150 @@
+"""The audit log (FLEET_MCP_AUDIT_LOG): one JSON line per tool call, through a real MCP client over the
+emulator, with long texts cut, secrets redacted, and whole lines under concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastmcp import Client
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from processes import SERVER, WAIT_S, clean_env
+from support import TOKEN, CheckedTransport, Tools, fleet_settings
+
+from fleet_mcp.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut
+from fleet_mcp.server import build_server
+
+AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
+FIELDS = ["time", "tool", "arguments", "duration_ms", "outcome", "error"]
+
+
+@pytest.fixture
+def audit_path(tmp_path) -> Path:
+    return tmp_path / "logs" / "audit.jsonl"  # the folder does not exist yet
+
+
+@pytest.fixture
+async def audited(emulator, conformance, audit_path) -> AsyncIterator[Tools]:
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    server = build_server(fleet_settings(audit_log=audit_path, auth_token=AUTH_TOKEN), transport=transport)
+    async with Client(server) as client:
+        yield Tools(client)
+
+
+def records(path: Path) -> list[dict]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+async def test_a_successful_call_is_one_line(audited, audit_path):
+    answer = await audited("list_agent_roles", project="fleet-demo")
+    assert answer["roles"]
+    [record] = records(audit_path)
+    assert list(record) == FIELDS
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["time"])
+    assert record["tool"] == "list_agent_roles"
+    assert record["arguments"] == {"project": "fleet-demo"}
+    assert isinstance(record["duration_ms"], float | int) and record["duration_ms"] >= 0
+    assert record["outcome"] == "ok" and record["error"] is None
+
+
+async def test_errors_record_the_envelope_code(audited, audit_path):
+    assert (await audited.error("show_agent", agent_name="ghost"))["error"] == "not_found"
+    assert (await audited.error("show_agent_log", agent_name="ghost", page="many"))["error"] == "bad_request"
+    assert (await audited.error("create_agent", name="x", project="nope", spec="s"))["error"] == "bad_request"
+    got = [(r["tool"], r["outcome"], r["error"]) for r in records(audit_path)]
+    assert got == [("show_agent", "error", "not_found"), ("show_agent_log", "error", "bad_request"),
+                   ("create_agent", "error", "bad_request")]
+    assert records(audit_path)[1]["arguments"] == {"agent_name": "ghost", "page": "many"}
+
+
+async def test_long_arguments_are_cut_with_a_marker(audited, audit_path):
+    spec = "Study the repository. " + "x" * 600
+    created = await audited("create_agent", name="reader", project="fleet-demo", spec=spec)
+    assert created["agent"]["spec"] == spec  # the call itself gets it whole
+    [record] = records(audit_path)
+    assert record["arguments"]["spec"] == spec[:MAX_TEXT] + f"…(+{len(spec) - MAX_TEXT} chars)"
+    assert record["arguments"]["name"] == "reader" and record["outcome"] == "ok"
+    assert len(audit_path.read_text(encoding="utf-8")) < 600
+
+
+async def test_no_token_reaches_the_file(audited, audit_path):
+    await audited("show_agent", agent_name=TOKEN)  # the Coder session token
+    await audited("show_agent", agent_name=AUTH_TOKEN)  # the HTTP auth token
+    await audited("start_agent_task", agent_name="ghost",
+                  task_description=f"use {AUTH_TOKEN} and then " + "y" * 300 + TOKEN)
+    text = audit_path.read_text(encoding="utf-8")
+    assert TOKEN not in text and AUTH_TOKEN not in text
+    first, second, third = records(audit_path)
+    assert first["arguments"]["agent_name"] == REDACTED and second["arguments"]["agent_name"] == REDACTED
+    assert third["arguments"]["task_description"].startswith(f"use {REDACTED} and then yyy")
+
+
+async def test_concurrent_calls_give_one_whole_line_each(audited, audit_path):
+    calls = [audited("show_agent", agent_name=f"agent-{i}") if i % 2 else audited("list_agents")
+             for i in range(40)]
+    await asyncio.gather(*calls)
+    lines = audit_path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 40
+    parsed = [json.loads(line) for line in lines]  # each line whole, valid JSON
+    assert sorted(r["arguments"].get("agent_name", "") for r in parsed if r["tool"] == "show_agent") == \
+        sorted(f"agent-{i}" for i in range(1, 40, 2))
+    assert {(r["tool"], r["outcome"]) for r in parsed} == {("show_agent", "error"), ("list_agents", "ok")}
+
+
+async def test_the_file_is_open_for_one_run_and_appended_to(emulator, audit_path):
+    settings = fleet_settings(audit_log=audit_path)
+    server = build_server(settings, transport=httpx.ASGITransport(app=emulator.app))
+    [audit] = [m for m in server.middleware if isinstance(m, AuditLog)]
+    assert server.middleware[0] is audit  # outermost: it sees the envelope the client gets
+    for _ in range(2):
+        async with Client(server) as client:
+            assert audit._file is not None and not audit._file.closed
+            opened = audit._file
+            await Tools(client)("list_agents")
+        assert audit._file is None and opened.closed
+    assert [r["tool"] for r in records(audit_path)] == ["list_agents", "list_agents"]
+
+
+def test_without_the_setting_there_is_no_audit(emulator):
+    server = build_server(fleet_settings(), transport=httpx.ASGITransport(app=emulator.app))
+    assert not any(isinstance(m, AuditLog) for m in server.middleware)
+
+
+def test_cut_redacts_then_cuts_at_any_depth():
+    value = {"a": ["s3cret-value", {"b": "z" * 250}], "n": 3, "ok": True, "none": None, "k" * 201: 1}
+    assert cut(value, ["s3cret-value"]) == {
+        "a": [REDACTED, {"b": "z" * 200 + "…(+50 chars)"}], "n": 3, "ok": True, "none": None,
+        "k" * 200 + "…(+1 chars)": 1}
+
+
+def test_an_unwritable_audit_log_is_a_start_up_error(tmp_path):
+    assert cannot_open(tmp_path / "fine.jsonl") is None
+    reason = cannot_open(tmp_path)  # a folder
+    assert reason and reason.startswith(f"cannot open FLEET_MCP_AUDIT_LOG={tmp_path}")
+
+
+async def test_fleet_mcp_writes_the_audit_log(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--emulator"], cwd=str(tmp_path),
+                                   env=clean_env(FLEET_MCP_AUDIT_LOG=str(path)))
+    with open(tmp_path / "stderr.log", "w") as errlog:  # noqa: ASYNC230 - a test's log file
+        async with (asyncio.timeout(WAIT_S), stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session):
+            await session.discover()
+            assert not (await session.call_tool("list_agent_projects", {})).is_error
+    [record] = records(path)
+    assert record["tool"] == "list_agent_projects" and record["outcome"] == "ok"
+
+
+def test_fleet_mcp_refuses_an_unwritable_audit_log(tmp_path):
+    done = subprocess.run([*SERVER, "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOG=str(tmp_path)), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [f"fleet-mcp: cannot open FLEET_MCP_AUDIT_LOG={tmp_path}: Is a directory"]

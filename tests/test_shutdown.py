@@ -1,0 +1,216 @@
+"""Graceful shutdown of a real `fleet-mcp --emulator` process, over stdio and HTTP, on SIGTERM and SIGINT:
+the tool call in flight finishes and answers, the lifespan closes the Coder client, exit code 0.
+
+The slow call, deterministic: `delete_agent` right after `create_agent`. The new workspace's build is
+still running (about 1.2 s on the emulator's real time), so delete cancels it and polls until it has
+ended; with FLEET_MCP_POLL_INTERVAL_S=2 the first poll sees the build canceling and the next one comes
+2 s later, so the call lasts about 2 s. The signal is sent 0.3 s into it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from processes import SERVER, WAIT_S, clean_env, http_server
+
+from fleet_mcp.serving import GRACE_S
+
+SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")]
+SLOW_ENV = {"FLEET_MCP_POLL_INTERVAL_S": "2"}
+INTO_THE_CALL_S = 0.3
+CREATE = {"name": "slow", "project": "fleet-demo", "spec": "Wait. [[hang]]"}
+
+
+def check_stopped(code: int, logs: str, sig: signal.Signals, signalled_at: float) -> None:
+    assert code == 0, logs
+    assert f"{sig.name} received" in logs
+    assert "Coder client closed" in logs  # the lifespan's cleanup ran
+    assert "Traceback" not in logs
+    assert time.monotonic() - signalled_at < GRACE_S + 3
+
+
+class Stdio:
+    """Raw JSON-RPC over a `fleet-mcp --emulator` child's pipes (its pid is ours to signal)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.next_id = 0
+
+    async def send(self, message: dict) -> None:
+        self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        await self.proc.stdin.drain()
+
+    async def request(self, method: str, params: dict) -> int:
+        self.next_id += 1
+        await self.send({"id": self.next_id, "method": method, "params": params})
+        return self.next_id
+
+    async def answer(self, request_id: int) -> dict:
+        while True:  # every stdout line is JSON-RPC; notifications may come first
+            line = await asyncio.wait_for(self.proc.stdout.readline(), WAIT_S)
+            assert line, "stdout closed before the answer"
+            message = json.loads(line)
+            if message.get("id") == request_id:
+                return message
+
+    async def call(self, tool: str, arguments: dict) -> dict:
+        return (await self.answer(await self.request("tools/call", {"name": tool, "arguments": arguments})))["result"]
+
+
+async def start_stdio(tmp_path, **env: str) -> tuple[Stdio, object]:
+    errlog = open(tmp_path / "stderr.log", "w+")  # noqa: SIM115, ASYNC230 - closed by the caller
+    proc = await asyncio.create_subprocess_exec(*SERVER, "--emulator", stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE, stderr=errlog,
+                                                env=clean_env(**env), cwd=tmp_path)
+    client = Stdio(proc)
+    init = await client.answer(await client.request("initialize", {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "shutdown-test", "version": "0"}}))
+    assert init["result"]["serverInfo"]["name"] == "fleet-mcp"
+    await client.send({"method": "notifications/initialized"})
+    return client, errlog
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+async def test_stdio_call_in_flight_finishes_then_exit_0(tmp_path, sig):
+    client, errlog = await start_stdio(tmp_path, **SLOW_ENV)
+    try:
+        assert not (await client.call("create_agent", CREATE)).get("isError")
+        pending = asyncio.create_task(client.call("delete_agent", {"agent_name": "slow"}))
+        await asyncio.sleep(INTO_THE_CALL_S)
+        assert not pending.done(), "the slow call was not slow"
+        signalled_at = time.monotonic()
+        client.proc.send_signal(sig)
+        result = await asyncio.wait_for(pending, WAIT_S)
+        assert not result.get("isError"), result
+        assert result["structuredContent"]["deleted_agent"]["name"] == "slow"
+        trailing = await asyncio.wait_for(client.proc.stdout.read(), WAIT_S)
+        code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
+    finally:
+        if client.proc.returncode is None:
+            client.proc.kill()
+            await client.proc.wait()
+        errlog.close()
+    assert trailing == b""
+    logs = (tmp_path / "stderr.log").read_text()
+    check_stopped(code, logs, sig, signalled_at)
+    assert "waiting for 1 request(s) in flight" in logs
+
+
+async def test_stdio_signal_when_idle_stops_at_once(tmp_path):
+    client, errlog = await start_stdio(tmp_path)
+    try:
+        assert (await client.call("list_agents", {}))["structuredContent"]["agents"] == []
+        signalled_at = time.monotonic()
+        client.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
+    finally:
+        if client.proc.returncode is None:
+            client.proc.kill()
+            await client.proc.wait()
+        errlog.close()
+    check_stopped(code, (tmp_path / "stderr.log").read_text(), signal.SIGTERM, signalled_at)
+    assert time.monotonic() - signalled_at < 2
+
+
+async def test_stdio_grace_is_bounded(tmp_path):
+    """A call that would outlast the grace is cancelled after GRACE_S; still exit 0 and a closed client."""
+    client, errlog = await start_stdio(tmp_path, FLEET_MCP_POLL_INTERVAL_S="30")
+    try:
+        assert not (await client.call("create_agent", CREATE)).get("isError")
+        await client.request("tools/call", {"name": "delete_agent", "arguments": {"agent_name": "slow"}})
+        await asyncio.sleep(INTO_THE_CALL_S)
+        signalled_at = time.monotonic()
+        client.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
+        took = time.monotonic() - signalled_at
+    finally:
+        if client.proc.returncode is None:
+            client.proc.kill()
+            await client.proc.wait()
+        errlog.close()
+    logs = (tmp_path / "stderr.log").read_text()
+    check_stopped(code, logs, signal.SIGTERM, signalled_at)
+    assert GRACE_S - 0.5 < took < GRACE_S + 3
+    assert "1 request(s) still running are cancelled" in logs
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_http_call_in_flight_finishes_then_exit_0(tmp_path, sig):
+    with http_server(tmp_path, env=clean_env(**SLOW_ENV)) as server:
+        signalled_at, result = asyncio.run(slow_call_then_signal(server.url, server.proc, sig))
+        assert not result.is_error, result.content
+        assert result.structured_content["deleted_agent"]["name"] == "slow"
+        try:
+            code = server.proc.wait(WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        logs = server.logs()
+    check_stopped(code, logs, sig, signalled_at)
+    assert "ASGI callable returned without completing response" not in logs  # the GET stream ended cleanly
+
+
+async def slow_call_then_signal(url: str, proc: subprocess.Popen, sig: signal.Signals):
+    async with (asyncio.timeout(WAIT_S), streamable_http_client(url, terminate_on_close=False) as (read, write),
+                ClientSession(read, write) as session):
+        await session.initialize()
+        created = await session.call_tool("create_agent", CREATE)
+        assert not created.is_error, created.content
+        pending = asyncio.create_task(session.call_tool("delete_agent", {"agent_name": "slow"}))
+        await asyncio.sleep(INTO_THE_CALL_S)
+        assert not pending.done(), "the slow call was not slow"
+        signalled_at = time.monotonic()
+        proc.send_signal(sig)
+        return signalled_at, await pending
+
+
+async def test_stdio_second_signal_stops_waiting(tmp_path):
+    client, errlog = await start_stdio(tmp_path, FLEET_MCP_POLL_INTERVAL_S="30")
+    try:
+        assert not (await client.call("create_agent", CREATE)).get("isError")
+        await client.request("tools/call", {"name": "delete_agent", "arguments": {"agent_name": "slow"}})
+        await asyncio.sleep(INTO_THE_CALL_S)
+        client.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        signalled_at = time.monotonic()
+        client.proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
+    finally:
+        if client.proc.returncode is None:
+            client.proc.kill()
+            await client.proc.wait()
+        errlog.close()
+    check_stopped(code, (tmp_path / "stderr.log").read_text(), signal.SIGTERM, signalled_at)
+    assert time.monotonic() - signalled_at < 2
+
+
+def test_http_second_signal_stops_waiting(tmp_path):
+    async def call_then_two_signals(url: str, proc: subprocess.Popen) -> float:
+        async with (asyncio.timeout(WAIT_S), streamable_http_client(url, terminate_on_close=False) as (read, write),
+                    ClientSession(read, write) as session):
+            await session.initialize()
+            assert not (await session.call_tool("create_agent", CREATE)).is_error
+            pending = asyncio.create_task(session.call_tool("delete_agent", {"agent_name": "slow"}))
+            await asyncio.sleep(INTO_THE_CALL_S)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            signalled_at = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, WAIT_S)
+            pending.cancel()
+            return signalled_at
+
+    with http_server(tmp_path, env=clean_env(FLEET_MCP_POLL_INTERVAL_S="30")) as server:
+        signalled_at = asyncio.run(call_then_two_signals(server.url, server.proc))
+        code = server.proc.wait(WAIT_S)
+        logs = server.logs()
+    assert code == 0, logs
+    assert "second signal: cancelling 1 request(s) in flight" in logs
+    assert "Coder client closed" in logs
+    assert time.monotonic() - signalled_at < 3
