@@ -366,7 +366,10 @@ class Fleet:
             raise FleetError("bad_request", f"Agent {name!r} is idle: there is no running task to cancel.",
                              {"status": "idle"})
         owner = await self.username()
-        await self.client.agent_send(owner, ws.name, content=ESC, type="raw")
+        try:
+            await self.client.agent_send(owner, ws.name, content=ESC, type="raw")
+        except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:
+            raise FleetError("bad_request", f"Agent {name!r} is offline: {exc.message}") from None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.cancel_wait_s
         status = "busy"

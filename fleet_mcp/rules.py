@@ -15,7 +15,8 @@ __all__ = [
     "iso", "needs_attention", "paginate",
 ]
 
-NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$")
+# `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
+NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*\Z")
 MAX_NAME = 20
 MAX_SPEC = 65_536
 LIST_TASK_CHARS = 200

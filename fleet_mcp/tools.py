@@ -48,6 +48,9 @@ async def _run(call: Callable[[], Awaitable[T]]) -> T:
     except ce.Unauthorized:
         raise ToolError(FleetError("unauthorized", "Coder refused the session token; check "
                                    "CODER_SESSION_TOKEN.").envelope()) from None
+    except ce.Gone:  # 410: the workspace was deleted while the call ran
+        raise ToolError(FleetError("not_found", "The agent's workspace has been deleted.", {"status": 410})
+                        .envelope(), log_level=logging.INFO) from None
     except ce.CoderError as exc:
         log.warning("Coder request failed: %s", exc)
         raise ToolError(FleetError("unavailable", f"Coder could not complete the request: {exc.message}",

@@ -29,7 +29,7 @@ async def test_deprecated_org_member_route_creates_too(coder):
     assert r.status_code == 201 and r.json()["template_name"] == "fleet-demo"
 
 
-@pytest.mark.parametrize("name", ["bad_name", "-lead", "trail-", "a--b", "x" * 33, "new", "CREATE", "sp ace", "ünï"])
+@pytest.mark.parametrize("name", ["bad_name", "-lead", "trail-", "a--b", "x" * 33, "new", "CREATE", "sp ace", "ünï", "nl\n"])
 async def test_invalid_names_are_refused(coder, name):
     r = await create_workspace(coder, name)
     assert r.status_code == 400

@@ -21,7 +21,7 @@ from .state import (
 
 __all__ = ["Backend", "NAME_RE"]
 
-NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$")
+NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*\Z")
 RATE_LIMIT = 512
 RATE_WINDOW = 60.0
 TRANSITIONS = ("start", "stop", "delete")

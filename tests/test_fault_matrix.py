@@ -1,0 +1,375 @@
+"""Every tool × every fault the emulator can inject, over a real loopback socket.
+
+The matrix is data: one row per fault (what is injected, and how), one column
+per tool, each cell the outcome the contract promises. Reads ride out bounded
+bursts (the client retries safe requests within its budget); persistent faults
+and failed writes answer the contract's envelope with the right `error`;
+agent-state faults behind the app proxy show as `offline` in `show_agent` and
+as `bad_request` for the tools that need a live agent.
+
+Every case also checks: no "unexpected problem" envelope (an exception the
+server did not foresee), and the session token in no tool answer, no log
+record (fleet_mcp, fastmcp, httpx, httpcore at DEBUG) and nothing written to
+stdout or stderr. The last test prints how many (tool, fault) pairs ran, and
+checks the servers still answer.
+
+One emulator serves on a socket for the whole module and is reset in-process
+between cases; each settings profile (small timeouts, a bigger budget for the
+stall burst, a closed port) has its own fleet server, kept for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+import pytest_asyncio
+from conformance import Conformance
+from fastmcp import Client
+from support import CheckedTransport, Tools, fleet_settings
+
+from fleet_mcp.coder import client as coder_client
+from fleet_mcp.emulator import Emulator
+from fleet_mcp.emulator.app import running
+from fleet_mcp.server import build_server
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SECRET = "tok-SECRET-7f3a9c1e5b2d4680"
+UNEXPECTED = "unexpected problem"
+LOGGERS = ("fleet_mcp", "fastmcp", "httpx", "httpcore", "mcp")
+
+# --- the agents every case starts from ------------------------------------------
+
+AGENTS = {"idler": "Warm up [[finish:1]]", "runner": "Spin forever [[hang]]"}
+
+# Columns: each tool with the arguments it is called with.
+TOOLS: dict[str, dict] = {
+    "create_agent": {"name": "fresh", "project": "fleet-demo", "spec": "New work [[finish:1]]"},
+    "list_agents": {},
+    "show_agent": {"agent_name": "runner"},
+    "show_agent_task_history": {"agent_name": "idler"},
+    "show_agent_log": {"agent_name": "idler"},
+    "delete_agent": {"agent_name": "idler"},
+    "start_agent_task": {"agent_name": "idler", "task_description": "Next step [[finish:1]]"},
+    "cancel_agent_task": {"agent_name": "runner"},
+    "list_agent_roles": {"project": "fleet-demo"},
+    "list_agent_projects": {},
+}
+READ_ONLY = {"list_agents", "show_agent", "show_agent_task_history", "show_agent_log", "list_agent_roles",
+             "list_agent_projects"}
+
+# Outcomes: "ok" (a valid answer); for show_agent the agent's status ("busy", "offline", "stopped");
+# or the envelope's error: bad = bad_request, nf = not_found, unav = unavailable, unauth = unauthorized.
+ERRORS = {"bad": "bad_request", "nf": "not_found", "unav": "unavailable", "unauth": "unauthorized"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What is done to Coder before the call: fault rules, a state change, a settings profile."""
+
+    rules: tuple[dict, ...] = ()
+    state: str = ""  # stop | agentapi_down | agentapi_down_unnoticed | no_path_apps | delete_when_held
+    profile: str = "main"  # main | slow (budget > timeout) | refused (nothing listens)
+
+
+def rule(match: str, kind: str, **params) -> dict:
+    return {"match": match, "kind": kind, **params}
+
+
+def status(match: str, code: int, count: int | None = None, **params) -> dict:
+    return rule(match, "status", code=code, **({"count": count} if count else {}), **params)
+
+
+API, PROXY, API_ANY, PROXY_ANY, WRITES = "GET /api/*", "GET /@*", "* /api/*", "* /@*", "POST *"
+
+#                 create  list  show       history log    delete  start   cancel  roles  projects
+ALL_OK = ("ok", "ok", "busy", "ok", "ok", "ok", "ok", "ok", "ok", "ok")
+ALL_UNAV = ("unav",) * 10
+ALL_UNAUTH = ("unauth",) * 10
+OFFLINE = ("ok", "ok", "offline", "ok", "bad", "ok", "bad", "bad", "ok", "ok")
+PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok")
+WRITE_FAILS = ("unav", "ok", "busy", "ok", "ok", "unav", "unav", "unav", "ok", "ok")
+WRITE_502 = ("unav", "ok", "busy", "ok", "ok", "unav", "bad", "bad", "ok", "ok")  # 502 on the proxy: offline
+WRITE_LANDED = ("ok", "ok", "busy", "ok", "ok", "unav", "unav", "unav", "ok", "ok")  # create adopts its workspace
+
+MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
+    # Bounded bursts on Coder's API: reads retry, so every tool succeeds.
+    **{f"api-{code}x2": (Fault((status(API, code, 2),)), ALL_OK) for code in (500, 502, 503, 504)},
+    "api-429-retry-after": (Fault((status(API, 429, 1, retry_after=1),)), ALL_OK),
+    "api-drop-x2": (Fault((rule(API, "drop", count=2),)), ALL_OK),
+    "api-truncate-x2": (Fault((rule(API, "truncate", count=2),)), ALL_OK),
+    "api-garbage-x2": (Fault((rule(API, "garbage", count=2),)), ALL_OK),
+    "api-stall-x1": (Fault((rule(API, "stall", count=1),), profile="slow"), ALL_OK),
+    "api-latency": (Fault((rule(API_ANY, "latency", seconds=0.02),)), ALL_OK),
+    # Bounded bursts on AgentAPI through the app proxy: retried too, except 502 (the app is unreachable).
+    **{f"proxy-{code}x2": (Fault((status(PROXY, code, 2),)), ALL_OK) for code in (500, 503, 504)},
+    "proxy-502x2": (Fault((status(PROXY, 502, 2),)), OFFLINE),
+    "proxy-drop-x2": (Fault((rule(PROXY, "drop", count=2),)), ALL_OK),
+    "proxy-truncate-x2": (Fault((rule(PROXY, "truncate", count=2),)), ALL_OK),
+    "proxy-garbage-x2": (Fault((rule(PROXY, "garbage", count=2),)), ALL_OK),
+    # Coder down for good: unavailable everywhere once the retry budget is spent.
+    **{f"api-{code}-persistent": (Fault((status(API_ANY, code),)), ALL_UNAV) for code in (500, 502, 503, 504, 429)},
+    "api-drop-persistent": (Fault((rule(API_ANY, "drop"),)), ALL_UNAV),
+    "api-truncate-persistent": (Fault((rule(API_ANY, "truncate"),)), ALL_UNAV),
+    "api-garbage-persistent": (Fault((rule(API_ANY, "garbage"),)), ALL_UNAV),
+    "api-stall-persistent": (Fault((rule(API_ANY, "stall"),)), ALL_UNAV),
+    "connection-refused": (Fault(profile="refused"), ALL_UNAV),
+    # AgentAPI failing for good: the tools that need it say unavailable, the rest never ask it.
+    **{f"proxy-{code}-persistent": (Fault((status(PROXY_ANY, code),)), PROXY_DOWN) for code in (500, 503, 504)},
+    "proxy-drop-persistent": (Fault((rule(PROXY_ANY, "drop"),)), PROXY_DOWN),
+    "proxy-truncate-persistent": (Fault((rule(PROXY_ANY, "truncate"),)), PROXY_DOWN),
+    "proxy-garbage-persistent": (Fault((rule(PROXY_ANY, "garbage"),)), PROXY_DOWN),
+    "proxy-stall-persistent": (Fault((rule(PROXY_ANY, "stall"),)), PROXY_DOWN),
+    # One failed write: never repeated, answered at once; reads send no write at all.
+    **{f"write-{code}": (Fault((status(WRITES, code, 1),)), WRITE_FAILS) for code in (500, 503, 504, 429)},
+    "write-502": (Fault((status(WRITES, 502, 1),)), WRITE_502),
+    "write-drop": (Fault((rule(WRITES, "drop", count=1),)), WRITE_FAILS),
+    "write-truncate": (Fault((rule(WRITES, "truncate", count=1),)), WRITE_LANDED),
+    "write-garbage": (Fault((rule(WRITES, "garbage", count=1),)), WRITE_FAILS),
+    "write-stall": (Fault((rule(WRITES, "stall", count=1),)), WRITE_FAILS),
+    # The app proxy's own failures (HTML pages and redirects).
+    "proxy-303-login": (Fault((rule(PROXY_ANY, "token_expiry", token=SECRET),)),
+                        ("ok", "ok", "unauth", "ok", "unauth", "ok", "unauth", "unauth", "ok", "ok")),
+    "workspace-stopped": (Fault(state="stop"), ("ok", "ok", "stopped", "ok", "bad", "ok", "bad", "bad", "ok", "ok")),
+    "proxy-400-workspace-offline": (Fault((status(PROXY_ANY, 400, message="Workspace Offline"),)), OFFLINE),
+    "agentapi-down": (Fault(state="agentapi_down"), OFFLINE),
+    "agentapi-down-502": (Fault(state="agentapi_down_unnoticed"), OFFLINE),
+    "proxy-404-app-unavailable": (Fault((status(PROXY_ANY, 404, message="Application Unavailable"),)), OFFLINE),
+    "proxy-404-app-not-found": (Fault((status(PROXY_ANY, 404, message="Application Not Found"),)), OFFLINE),
+    "proxy-403-path-apps-disabled": (Fault(state="no_path_apps"), PROXY_DOWN),
+    # The token refused: from the start, or after one request went through.
+    "token-expired": (Fault((rule(API_ANY, "token_expiry", token=SECRET),)), ALL_UNAUTH),
+    "token-expired-mid-run": (Fault((rule(API_ANY, "token_expiry", token=SECRET, after=1),)),
+                              ("unauth", "ok") + ("unauth",) * 8),
+    # The workspace deleted under the call: 410 on reads after the name lookup ...
+    "gone-410": (Fault((status("GET /api/v2/workspacebuilds/*", 410),)),
+                 ("ok", "ok", "nf", "nf", "nf", "nf", "nf", "nf", "ok", "ok")),
+    # ... or really deleted while a read by id is on its way (cancel re-reads the workspace).
+    "deleted-mid-call": (Fault((rule("GET /api/v2/workspaces/*", "latency", seconds=0.1, count=1),),
+                               state="delete_when_held"), ALL_OK[:7] + ("nf", "ok", "ok")),
+}
+assert all(len(row) == len(TOOLS) for _, row in MATRIX.values())
+
+CASES = [(fault, tool) for fault in MATRIX for tool in TOOLS]
+RAN: list[tuple[str, str]] = []
+SLOWEST: list[tuple[float, str, str]] = []
+
+
+# --- the rig: one emulator on a socket, one fleet server per settings profile ------------
+
+@dataclass
+class Rig:
+    emulator: Emulator
+    tools: dict[str, Tools]
+    seen_unexpected: list[str] = field(default_factory=list)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed on leaving: connections are refused
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    conformance: Conformance = request.config.stash[Conformance.KEY]
+    emulator = Emulator(token=SECRET)
+    # Backoff scaled down so bursts clear in milliseconds; the logic under test is unchanged.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(coder_client, "_BACKOFF_FIRST_S", 0.01)
+        mp.setattr(coder_client, "_JITTER_S", 0.005)
+        async with running(emulator) as url:
+            common = {"coder_session_token": SECRET, "connect_timeout_s": 0.3, "poll_interval_s": 0.01,
+                      "cancel_wait_s": 1.0, "delete_wait_s": 1.0, "agent_error_wait_s": 0.1}
+            profiles = {
+                "main": fleet_settings(coder_url=url, request_timeout_s=0.3, retry_budget_s=0.1, **common),
+                "slow": fleet_settings(coder_url=url, request_timeout_s=0.2, retry_budget_s=1.0, **common),
+                "refused": fleet_settings(coder_url=f"http://127.0.0.1:{closed_port()}", request_timeout_s=0.3,
+                                          retry_budget_s=0.1, **common),
+            }
+            clients = {name: Client(build_server(s, transport=CheckedTransport(httpx.AsyncHTTPTransport(),
+                                                                               conformance)))
+                       for name, s in profiles.items()}
+            for c in clients.values():
+                await c.__aenter__()
+            try:
+                yield Rig(emulator, {name: Tools(c) for name, c in clients.items()})
+            finally:
+                for c in clients.values():
+                    await c.__aexit__(None, None, None)
+
+
+def prepare(emulator: Emulator) -> None:
+    """Reset to the demo seed (faults and counts cleared), then an idle and a busy fleet agent."""
+    b = emulator.backend
+    emulator.control.reset()
+    b.disable_path_apps, b.wildcard_hostname, b.rate_limit, b.time_per_request = False, "", False, 0.0
+    demo = next(u for u in b.users.values() if u.username == "demo")
+    template = next(t for t in b.templates.values() if t.name == "fleet-demo")
+    for name, spec in AGENTS.items():
+        b.create_workspace(demo, "me", {"name": name, "template_id": template.id, "rich_parameter_values": [
+            {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": "fleet-demo"},
+            {"name": "fleet_mcp_agent_spec", "value": spec}, {"name": "fleet_mcp_current_task", "value": spec}]})
+    b.clock.advance(30)
+    b.time_per_request = 0.5  # polls (cancel's wait for `stable`) see time move
+
+
+def agents(emulator: Emulator) -> list:
+    b = emulator.backend
+    return [w for w in b.workspaces.values() if w.name in AGENTS and not w.deleted]
+
+
+def apply_state(emulator: Emulator, state: str) -> None:
+    b = emulator.backend
+    demo = next(u for u in b.users.values() if u.username == "demo")
+    if state == "stop":
+        for ws in agents(emulator):
+            b.create_build(demo, ws.id, {"transition": "stop"})
+        b.clock.advance(30)
+    elif state in ("agentapi_down", "agentapi_down_unnoticed"):
+        for ws in agents(emulator):
+            emulator.claude.set_process(ws, False)
+            if state == "agentapi_down_unnoticed":  # the health check has not noticed yet: the proxy says 502
+                for agent in ws.latest_build.agents:
+                    for app in agent.apps:
+                        app.health = "healthy"
+    elif state == "no_path_apps":
+        b.disable_path_apps = True
+    elif state not in ("", "delete_when_held"):
+        raise AssertionError(f"unknown state {state!r}")
+
+
+def delete_agents(emulator: Emulator) -> None:
+    b = emulator.backend
+    demo = next(u for u in b.users.values() if u.username == "demo")
+    for ws in agents(emulator):
+        b.create_build(demo, ws.id, {"transition": "delete"})
+    b.clock.advance(30)
+
+
+def check(tool: str, expected: str, answer: dict) -> None:
+    is_error = isinstance(answer, dict) and set(answer) == {"error", "message", "details"}
+    if expected in ERRORS:
+        assert is_error, f"expected {ERRORS[expected]}, got {answer}"
+        assert answer["error"] == ERRORS[expected], answer
+        assert isinstance(answer["message"], str) and answer["message"], answer
+        return
+    assert not is_error, f"expected success, got {answer}"
+    if tool == "show_agent":
+        assert answer["agent"]["status"] == (expected if expected != "ok" else "busy"), answer["agent"]
+    elif tool == "create_agent":
+        assert answer["agent"]["name"] == "fresh"
+    elif tool == "delete_agent":
+        assert answer["deleted_agent"]["name"] == "idler"
+    elif tool == "start_agent_task":
+        assert answer["agent_status"] == "busy"
+    elif tool == "cancel_agent_task":
+        assert answer["task"]["message"].endswith(" - canceled")
+    elif tool == "list_agents":
+        assert {a["name"] for a in answer["agents"]} == set(AGENTS), answer
+    elif tool == "show_agent_task_history":
+        assert answer["tasks"] and answer["total_count"] >= len(answer["tasks"]), answer
+    elif tool == "show_agent_log":
+        assert answer["messages"], answer
+    elif tool == "list_agent_projects":
+        assert "fleet-demo" in [p["name"] for p in answer["projects"]]
+    elif tool == "list_agent_roles":
+        assert {r["name"] for r in answer["roles"]} == {"coder", "operator", "manager"}
+
+
+def watch_logs(caplog: pytest.LogCaptureFixture) -> list[tuple[logging.Handler, int]]:
+    """Every record of LOGGERS at DEBUG into caplog; answers the console handlers to restore.
+
+    fastmcp's logger does not propagate to the root logger, so caplog's handler joins it
+    directly; its own Rich console handlers stay at INFO (rendering every DEBUG line costs
+    more than the whole matrix), so stderr still shows what a user would see.
+    """
+    for name in LOGGERS:
+        caplog.set_level(logging.DEBUG, logger=name)
+    fastmcp_logger = logging.getLogger("fastmcp")
+    quiet = [(h, h.level) for h in fastmcp_logger.handlers if h is not caplog.handler]
+    for handler, _ in quiet:
+        handler.setLevel(max(handler.level, logging.INFO))
+    if caplog.handler not in fastmcp_logger.handlers:
+        fastmcp_logger.addHandler(caplog.handler)
+    return quiet
+
+
+@pytest.mark.parametrize(("fault", "tool"), CASES, ids=[f"{f}-{t}" for f, t in CASES])
+async def test_fault(rig: Rig, fault: str, tool: str, caplog, capfd) -> None:
+    spec, row = MATRIX[fault]
+    expected = row[list(TOOLS).index(tool)]
+    quiet = watch_logs(caplog)
+    try:
+        emulator = rig.emulator
+        prepare(emulator)
+        rules = [emulator.control.faults.add(r) for r in spec.rules]
+        apply_state(emulator, spec.state)
+        tools = rig.tools[spec.profile]
+        started = time.monotonic()
+        call = asyncio.ensure_future(tools(tool, **TOOLS[tool]))
+        if spec.state == "delete_when_held":
+            while not call.done() and not rules[0].fired:
+                await asyncio.sleep(0.002)
+            if rules[0].fired:
+                delete_agents(emulator)
+        answer = await call
+        elapsed = time.monotonic() - started
+        SLOWEST.append((elapsed, fault, tool))
+        text = json.dumps(answer)
+        if UNEXPECTED in text:
+            rig.seen_unexpected.append(f"{fault}/{tool}")
+        assert UNEXPECTED not in text, answer
+        check(tool, expected, answer)
+
+        b = emulator.backend
+        if tool in READ_ONLY:  # a read never writes, whatever happens on the wire
+            writes = {route: n for route, n in b.requests.items() if not route.startswith("GET ")}
+            assert not writes, writes
+            assert all(r.fired == 0 for r in rules if r.method == "POST"), [r.json() for r in rules]
+        if tool == "create_agent":
+            made = [w for w in b.workspaces.values() if w.name == "fresh" and not w.deleted]
+            assert len(made) == (1 if expected == "ok" else 0), "create made nothing twice, nothing on failure"
+        if fault.startswith("write-") and tool not in READ_ONLY:
+            assert [r.fired for r in rules] == [1], "a write is sent exactly once, never retried"
+    finally:
+        logging.getLogger("fastmcp").removeHandler(caplog.handler)
+        for handler, level in quiet:
+            handler.setLevel(level)
+    out, err = capfd.readouterr()
+    for where, text in [("answer", json.dumps(answer)), ("logs", caplog.text), ("stdout", out), ("stderr", err)]:
+        assert SECRET not in text, f"the token leaked into {where}"
+    unforeseen = [r.getMessage() for r in caplog.records if r.name.startswith("fleet_mcp")
+                  and r.getMessage().startswith("unexpected")]
+    assert not unforeseen, unforeseen
+    RAN.append((fault, tool))
+
+
+async def test_retry_after_is_honoured_when_the_budget_allows(rig: Rig) -> None:
+    """429 with Retry-After: 1 and a budget of 1 s: the one retry waits the second Coder asked for."""
+    prepare(rig.emulator)
+    rig.emulator.control.faults.add(status(API, 429, 1, retry_after=1))
+    started = time.monotonic()
+    answer = await rig.tools["slow"]("list_agents")
+    assert {a["name"] for a in answer["agents"]} == set(AGENTS)
+    assert time.monotonic() - started >= 0.9
+
+
+async def test_zz_matrix_ran_and_the_servers_still_answer(rig: Rig) -> None:
+    prepare(rig.emulator)
+    for profile in ("main", "slow"):
+        projects = await rig.tools[profile]("list_agent_projects")
+        assert [p["name"] for p in projects["projects"]] == ["fleet-demo", "fleet-research"], projects
+    assert not rig.seen_unexpected, rig.seen_unexpected
+    assert sorted(RAN) == sorted(CASES), f"{len(CASES) - len(RAN)} of {len(CASES)} pairs did not pass"
+    slowest = ", ".join(f"{f}/{t} {s:.2f}s" for s, f, t in sorted(SLOWEST, reverse=True)[:3])
+    print(f"\nfault matrix: {len(RAN)} (tool, fault) pairs ran: {len(TOOLS)} tools × {len(MATRIX)} faults; "
+          f"slowest: {slowest}")
