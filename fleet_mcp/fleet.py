@@ -23,9 +23,10 @@ from .rules import (
 )
 from .settings import Settings
 
-ADOPT_ATTEMPTS = 4
-
 __all__ = ["Fleet"]
+
+ADOPT_ATTEMPTS = 4  # looks for a workspace whose create answer was lost
+
 
 class Fleet:
     """The fleet's operations. One instance per server, over one `CoderClient`."""

@@ -151,7 +151,8 @@ class Backend:
                 continue
             if f.deprecated is not None and t.deprecated != f.deprecated:
                 continue
-            if f.author and f.author not in ("me" if t.created_by == actor.id else "", self.users[t.created_by].username):
+            author = self.users[t.created_by].username
+            if f.author and f.author not in ("me" if t.created_by == actor.id else "", author):
                 continue
             found.append(t)
         return found
@@ -350,7 +351,8 @@ class Backend:
         for preset in version.presets:
             if preset.id == preset_id:
                 return preset
-        raise CoderError(400, "Invalid template version preset.", f'preset "{preset_id}" not found for template version')
+        raise CoderError(400, "Invalid template version preset.",
+                         f'preset "{preset_id}" not found for template version')
 
     @staticmethod
     def _resolve(version: TemplateVersion, previous: dict[str, str], given: list, preset: Preset | None,

@@ -101,7 +101,8 @@ def parse_workspaces_query(q: str) -> WorkspaceFilter:
             setattr(f, key, value)
         elif key == "status":
             if value not in WORKSPACE_STATUSES:
-                errors.append({"field": "status", "detail": f'Query param "status" has invalid value: "{value}" is not a valid value'})
+                errors.append({"field": "status",
+                               "detail": f'Query param "status" has invalid value: "{value}" is not a valid value'})
             f.status = value
         elif key == "id":
             for item in value.split(","):
@@ -138,7 +139,8 @@ def _param(value: str, f: WorkspaceFilter, errors: list[dict[str, str]]) -> None
     elif len(parts) == 2 and parts[1]:
         f.param_values.append((parts[0], parts[1]))
     elif len(parts) == 2:
-        errors.append({"field": "param", "detail": f'query element "{value}" has an empty value. omit the \'=\' to match just on the parameter name'})
+        errors.append({"field": "param", "detail": f'query element "{value}" has an empty value. '
+                                                   "omit the '=' to match just on the parameter name"})
     else:
         errors.append({"field": "param", "detail": f'query element "{value}" can only contain 1 \'=\''})
 

@@ -65,7 +65,8 @@ def template_json(t: Template, b: Backend) -> dict:
         "organization_id": org.id, "organization_name": org.name, "organization_display_name": org.display_name,
         "organization_icon": "", "name": t.name, "display_name": t.display_name, "provisioner": "terraform",
         "active_version_id": t.active_version_id,
-        "active_user_count": len({w.owner_id for w in b.workspaces.values() if w.template_id == t.id and not w.deleted}),
+        "active_user_count": len({w.owner_id for w in b.workspaces.values()
+                                  if w.template_id == t.id and not w.deleted}),
         "build_time_stats": {"start": stats, "stop": stats, "delete": stats},
         "description": t.description, "deprecated": t.deprecated, "deprecation_message": "", "deleted": False,
         "icon": t.icon, "default_ttl_ms": 0, "activity_bump_ms": 3600000,
@@ -220,7 +221,8 @@ def build_json(build: Build, ws: Workspace, b: Backend) -> dict:
             "agents": [_agent_json(a, ws, b) for a in build.agents],
         })
     return {
-        "id": build.id, "created_at": ts(build.created_at), "updated_at": ts(build.job.completed_at or build.created_at),
+        "id": build.id, "created_at": ts(build.created_at),
+        "updated_at": ts(build.job.completed_at or build.created_at),
         "workspace_id": ws.id, "workspace_name": ws.name, "workspace_owner_id": owner.id,
         "workspace_owner_name": owner.username, "workspace_owner_avatar_url": "",
         "template_version_id": version.id, "template_version_name": version.name,
