@@ -51,7 +51,12 @@ def _emulator(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import gc
     import logging
+
+    # Start-up allocates many long-lived objects (imports, schemas): collecting
+    # while it runs is wasted work. Freeze what start-up made, then collect as usual.
+    gc.disable()
 
     from .preflight import StartupError, check_coder, load_settings
 
@@ -82,6 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
                 raise StartupError(reason)
         who = asyncio.run(check_coder(settings, transport))
     except StartupError as exc:
+        gc.enable()
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
@@ -89,6 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .serving import serve_http, serve_stdio
 
     server = build_server(settings, transport=transport)
+    gc.freeze()
+    gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
     if args.transport == "http":
         asyncio.run(serve_http(server, settings, args.host, args.port))

@@ -8,16 +8,18 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json as _json
 import random
+import ssl
+import sys
 from functools import lru_cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import httpx
 import pydantic
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay
 
 from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
 from fleet_mcp.coder.schemas import (
@@ -27,7 +29,17 @@ from fleet_mcp.coder.schemas import (
 )
 from fleet_mcp.settings import Settings
 
+if TYPE_CHECKING:
+    from tenacity import AsyncRetrying, RetryCallState
+
 __all__ = ["CoderClient", "Transition", "app_proxy_path"]
+
+# httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
+# Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
+# tenths of a millisecond a request. Recording its absence once makes that import fail at once; httpcore
+# then assumes asyncio, exactly as it does whenever sniffio is missing.
+if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+    sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 Transition = Literal["start", "stop", "delete"]
 
@@ -76,6 +88,7 @@ class CoderClient:
             timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
             follow_redirects=False,
             transport=transport,
+            verify=_tls() if transport is None else True,
         )
 
     async def __aenter__(self) -> CoderClient:
@@ -307,8 +320,8 @@ class CoderClient:
     ) -> Any:
         """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body)."""
         where = f"{method} {path}"
-        if method != "GET":  # never repeat a request that may have changed something
-            data = await self._send_once(method, path, params, json)
+        if method != "GET" or self._settings.retry_budget_s <= 0:  # never repeat a request that may have changed
+            data = await self._send_once(method, path, params, json)  # something; no budget, no second try
         else:
             async for attempt in self._retrying():
                 with attempt:
@@ -324,6 +337,9 @@ class CoderClient:
 
     def _retrying(self) -> AsyncRetrying:
         """Exponential backoff with jitter (429: the server's Retry-After), all within the budget."""
+        # Imported here: the start-up check of Coder has no retry budget, so start-up never needs tenacity.
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
+
         budget = self._settings.retry_budget_s
 
         def wait(state: RetryCallState) -> float:
@@ -366,6 +382,16 @@ def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ServerError):
         return exc.status in _RETRY_STATUSES
     return isinstance(exc, Unavailable) and isinstance(exc.__cause__, _TRANSIENT_CAUSES)
+
+
+@lru_cache(maxsize=1)
+def _tls() -> ssl.SSLContext:
+    """httpx's default TLS settings (its CA bundle, or SSL_CERT_FILE/SSL_CERT_DIR), built once per process.
+
+    Each `httpx.AsyncClient` would load the CA bundle again, ~25 ms; start-up makes two clients
+    (the check of Coder, then the server's own).
+    """
+    return httpx.create_ssl_context()
 
 
 @lru_cache(maxsize=None)

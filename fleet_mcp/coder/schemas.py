@@ -60,7 +60,9 @@ ListOf = Annotated[list[_T], BeforeValidator(_none_to_list)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+    # defer_build: a model's validator is built when first used, not at import; start-up
+    # only reads BuildInfo and User, so the other models cost nothing until a tool needs them.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True, defer_build=True)
 
 
 # --- deployment, users, organizations -----------------------------------------

@@ -76,7 +76,9 @@ class Emulator:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0 picks a free one), so the URL is known before serving."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP,
+    # and without it a keep-alive answer waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
