@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import queue
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,25 +17,12 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from processes import SERVER, WAIT_S, clean_env, free_port
 
-SERVER = [sys.executable, "-m", "fleet_mcp"]
 TOOLS = {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "show_agent_log",
          "delete_agent", "start_agent_task", "cancel_agent_task", "list_agent_roles", "list_agent_projects"}
 ERAS = {"initialize": "2025-11-25", "discover": "2026-07-28"}
 SECRET = "s3cr3t-t0ken-do-not-print"
-WAIT_S = 20.0
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without any Coder or fleet settings, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Lines:
