@@ -10,10 +10,12 @@ ended; with FLEET_MCP_POLL_INTERVAL_S=2 the first poll sees the build canceling 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from mcp import ClientSession
@@ -64,23 +66,30 @@ class Stdio:
         return (await self.answer(await self.request("tools/call", {"name": tool, "arguments": arguments})))["result"]
 
 
-async def start_stdio(tmp_path, **env: str) -> tuple[Stdio, object]:
-    errlog = open(tmp_path / "stderr.log", "w+")  # noqa: SIM115, ASYNC230 - closed by the caller
-    proc = await asyncio.create_subprocess_exec(*SERVER, "--emulator", stdin=asyncio.subprocess.PIPE,
-                                                stdout=asyncio.subprocess.PIPE, stderr=errlog,
-                                                env=clean_env(**env), cwd=tmp_path)
-    client = Stdio(proc)
-    init = await client.answer(await client.request("initialize", {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "shutdown-test", "version": "0"}}))
-    assert init["result"]["serverInfo"]["name"] == "fleet-mcp"
-    await client.send({"method": "notifications/initialized"})
-    return client, errlog
+@contextlib.asynccontextmanager
+async def stdio_server(tmp_path, **env: str) -> AsyncIterator[Stdio]:
+    """`fleet-mcp --emulator` over stdio, initialized; killed if a test leaves it running."""
+    with open(tmp_path / "stderr.log", "w+") as errlog:  # noqa: ASYNC230 - a file the child writes to
+        proc = await asyncio.create_subprocess_exec(*SERVER, "--emulator", stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=errlog,
+                                                    env=clean_env(**env), cwd=tmp_path)
+        client = Stdio(proc)
+        try:
+            init = await client.answer(await client.request("initialize", {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "shutdown-test", "version": "0"}}))
+            assert init["result"]["serverInfo"]["name"] == "fleet-mcp"
+            await client.send({"method": "notifications/initialized"})
+            yield client
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
 async def test_stdio_call_in_flight_finishes_then_exit_0(tmp_path, sig):
-    client, errlog = await start_stdio(tmp_path, **SLOW_ENV)
-    try:
+    async with stdio_server(tmp_path, **SLOW_ENV) as client:
         assert not (await client.call("create_agent", CREATE)).get("isError")
         pending = asyncio.create_task(client.call("delete_agent", {"agent_name": "slow"}))
         await asyncio.sleep(INTO_THE_CALL_S)
@@ -92,11 +101,6 @@ async def test_stdio_call_in_flight_finishes_then_exit_0(tmp_path, sig):
         assert result["structuredContent"]["deleted_agent"]["name"] == "slow"
         trailing = await asyncio.wait_for(client.proc.stdout.read(), WAIT_S)
         code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
-    finally:
-        if client.proc.returncode is None:
-            client.proc.kill()
-            await client.proc.wait()
-        errlog.close()
     assert trailing == b""
     logs = (tmp_path / "stderr.log").read_text()
     check_stopped(code, logs, sig, signalled_at)
@@ -104,25 +108,18 @@ async def test_stdio_call_in_flight_finishes_then_exit_0(tmp_path, sig):
 
 
 async def test_stdio_signal_when_idle_stops_at_once(tmp_path):
-    client, errlog = await start_stdio(tmp_path)
-    try:
+    async with stdio_server(tmp_path) as client:
         assert (await client.call("list_agents", {}))["structuredContent"]["agents"] == []
         signalled_at = time.monotonic()
         client.proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
-    finally:
-        if client.proc.returncode is None:
-            client.proc.kill()
-            await client.proc.wait()
-        errlog.close()
     check_stopped(code, (tmp_path / "stderr.log").read_text(), signal.SIGTERM, signalled_at)
     assert time.monotonic() - signalled_at < 2
 
 
 async def test_stdio_grace_is_bounded(tmp_path):
     """A call that would outlast the grace is cancelled after GRACE_S; still exit 0 and a closed client."""
-    client, errlog = await start_stdio(tmp_path, FLEET_MCP_POLL_INTERVAL_S="30")
-    try:
+    async with stdio_server(tmp_path, FLEET_MCP_POLL_INTERVAL_S="30") as client:
         assert not (await client.call("create_agent", CREATE)).get("isError")
         await client.request("tools/call", {"name": "delete_agent", "arguments": {"agent_name": "slow"}})
         await asyncio.sleep(INTO_THE_CALL_S)
@@ -130,11 +127,6 @@ async def test_stdio_grace_is_bounded(tmp_path):
         client.proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
         took = time.monotonic() - signalled_at
-    finally:
-        if client.proc.returncode is None:
-            client.proc.kill()
-            await client.proc.wait()
-        errlog.close()
     logs = (tmp_path / "stderr.log").read_text()
     check_stopped(code, logs, signal.SIGTERM, signalled_at)
     assert GRACE_S - 0.5 < took < GRACE_S + 3
@@ -171,8 +163,7 @@ async def slow_call_then_signal(url: str, proc: subprocess.Popen, sig: signal.Si
 
 
 async def test_stdio_second_signal_stops_waiting(tmp_path):
-    client, errlog = await start_stdio(tmp_path, FLEET_MCP_POLL_INTERVAL_S="30")
-    try:
+    async with stdio_server(tmp_path, FLEET_MCP_POLL_INTERVAL_S="30") as client:
         assert not (await client.call("create_agent", CREATE)).get("isError")
         await client.request("tools/call", {"name": "delete_agent", "arguments": {"agent_name": "slow"}})
         await asyncio.sleep(INTO_THE_CALL_S)
@@ -181,11 +172,6 @@ async def test_stdio_second_signal_stops_waiting(tmp_path):
         signalled_at = time.monotonic()
         client.proc.send_signal(signal.SIGINT)
         code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
-    finally:
-        if client.proc.returncode is None:
-            client.proc.kill()
-            await client.proc.wait()
-        errlog.close()
     check_stopped(code, (tmp_path / "stderr.log").read_text(), signal.SIGTERM, signalled_at)
     assert time.monotonic() - signalled_at < 2
 
