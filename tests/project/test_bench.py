@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 TIMEOUT_S = 240
 SIZES = ["10", "100"]  # two sizes, so "the same number of requests whatever the size" is checked
 TARGETS = {"list_agents_requests", "cold_start_ratio", "rss_ratio", "tool_overhead_ms", "list_agents_100_wall_ms"}

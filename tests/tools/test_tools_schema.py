@@ -1,6 +1,6 @@
 """A snapshot of every tool's name, schemas and annotations: a schema change is deliberate.
 
-After an intended change: `FLEET_MCP_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_tools_schema.py`.
+After an intended change: `FLEET_MCP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tools/test_tools_schema.py`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from fleet_mcp.emulator.seed import ROLE_PROMPTS, ROLES
 from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, SPEC
 from fleet_mcp.settings import Settings
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "fleet-agent" / "main.tf"
+TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "fleet-agent" / "main.tf"
 ROLE_OPTIONS = ["coder", "operator", "manager"]
 CLAUDE_CODE_SOURCE = "registry.coder.com/coder/claude-code/coder"
 TOKEN = "demo-token"

@@ -82,7 +82,7 @@ ROUTES: list[tuple[str, str, Any]] = [
 
 def _recorded_dir() -> Path | None:
     base = os.environ.get("FLEET_MCP_REFERENCE_DIR")
-    root = Path(base) if base else Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+    root = Path(base) if base else Path(__file__).resolve().parents[2].parent / "shared" / "reference"
     recorded = root / "coder" / "recorded"
     return recorded if recorded.is_dir() and any(recorded.glob("*.yaml")) else None
 
