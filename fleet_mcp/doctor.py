@@ -23,6 +23,7 @@ from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .preflight import StartupError, check_coder, load_settings
+from .projects import roles_from
 from .rules import FLEET_PARAMETERS, MANAGED, ROLE
 from .settings import Settings
 
@@ -125,7 +126,7 @@ async def _check(client: CoderClient, t: Template, slug: str) -> tuple[ProjectCh
     presets, resources = await asyncio.gather(_read(check, "presets", client.presets(version)),
                                               _read(check, "resources", client.template_version_resources(version)))
     if presets is not None:
-        check.roles = _roles(check, declared.get(ROLE), presets)
+        check.roles = _roles(check, params, presets)
     if resources is not None:
         _app(check, resources, slug)
     return check, True
@@ -139,23 +140,23 @@ async def _read(check: ProjectCheck, what: str, call):
         return None
 
 
-def _roles(check: ProjectCheck, role: RichParameter | None, presets: list[Preset]) -> str:
-    """How the project offers roles (as the fleet reads them); records what is missing."""
+def _roles(check: ProjectCheck, params: list[RichParameter], presets: list[Preset]) -> str:
+    """How the project offers roles (read as the fleet reads them, `roles_from`); records what is missing."""
+    role = next((p for p in params if p.name == ROLE), None)
     options = [o.value for o in role.options] if role else []
-    by_role: dict[str, str] = {}
     for preset in presets:
         for setting in preset.parameters:
-            if setting.name == ROLE:
-                by_role.setdefault(setting.value, preset.name)
-                if options and setting.value not in options:
-                    check.lacks.append(f"preset {preset.name!r} sets {ROLE}={setting.value!r}, "
-                                       "which is not among its options")
-            elif setting.name in FLEET_PARAMETERS:
+            if setting.name == ROLE and options and setting.value not in options:
+                check.lacks.append(f"preset {preset.name!r} sets {ROLE}={setting.value!r}, "
+                                   "which is not among its options")
+            elif setting.name in FLEET_PARAMETERS and setting.name != ROLE:
                 check.lacks.append(f"preset {preset.name!r} sets {setting.name}: a preset's value overrides "
                                    "the one create_agent sends")
-    if by_role:
-        check.lacks += [f"preset for role {r} (one that sets {ROLE}={r})" for r in ROLES if r not in by_role]
-        return "roles from presets: " + ", ".join(by_role)
+    choices = roles_from(params, presets)
+    names = [c.role.name for c in choices]
+    if any(c.preset_id is not None for c in choices):
+        check.lacks += [f"preset for role {r} (one that sets {ROLE}={r})" for r in ROLES if r not in names]
+        return "roles from presets: " + ", ".join(names)
     source = "no presets" if not presets else f"no preset sets {ROLE}"
     if role is None:
         return f"{source}, and no {ROLE} to take roles from"

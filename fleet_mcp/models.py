@@ -1,15 +1,14 @@
-"""What the tools answer: the contract's output shapes, and its error envelope."""
+"""What the tools answer: the contract's output shapes (errors are in `errors`)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 __all__ = [
     "Agent", "AgentList", "AgentLog", "AgentStatus", "AgentSummary", "CreatedAgent", "DeletedAgent",
-    "DeleteResult", "ErrorCode", "FleetError", "LogMessage", "Metadata", "Project", "Projects", "Role", "Roles",
+    "DeleteResult", "LogMessage", "Metadata", "Project", "Projects", "Role", "Roles",
     "ShownAgent", "Task", "TaskHistory", "TaskResult",
 ]
 
@@ -17,20 +16,6 @@ AgentStatus = Literal[
     "pending", "starting", "busy", "idle", "stopping", "stopped", "failed",
     "canceling", "canceled", "deleting", "deleted", "offline",
 ]
-ErrorCode = Literal["bad_request", "not_found", "conflict", "unavailable", "unauthorized"]
-
-
-class FleetError(Exception):
-    """A problem the caller can act on; the tool answers it as the contract's envelope."""
-
-    def __init__(self, error: ErrorCode, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
-        self.details = details
-
-    def envelope(self) -> str:
-        return json.dumps({"error": self.error, "message": self.message, "details": self.details})
 
 
 class Metadata(BaseModel):

@@ -1,4 +1,4 @@
-"""The fleet's rules that need no Coder: names, text limits, pages, times, attention."""
+"""The fleet's rules that need no Coder: names, text limits, pages, times."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import math
 import re
 from datetime import UTC, datetime
 
-from .coder.schemas import WorkspaceAppStatus
-from .models import FleetError
+from .errors import FleetError
 
 __all__ = [
-    "BUILD_ACTIVE", "ESC", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
+    "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_NAME", "MAX_SPEC", "NAME_RE", "PR_LINK", "PROJECT", "ROLE", "SPEC", "TASK", "check_name", "check_text",
-    "iso", "needs_attention", "paginate",
+    "iso", "paginate",
 ]
 
 # `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
@@ -26,7 +25,6 @@ MANAGED, ROLE, PROJECT, SPEC, TASK = (
 FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
 FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
-ESC = "\x1b"
 BUILD_ACTIVE = ("pending", "running", "canceling")
 
 
@@ -56,20 +54,3 @@ def paginate(total: int, page: int, page_size: int) -> tuple[int, int, int, int]
     size = min(max(page_size, 1), 100)
     start = (page - 1) * size
     return start, start + size, size, max(1, math.ceil(total / size))
-
-
-def needs_attention(statuses: list[WorkspaceAppStatus], i: int) -> bool:
-    """Failure; or idle after working without a `complete` in between; or the deprecated flag."""
-    status = statuses[i]
-    if status.state == "failure" or status.needs_user_attention:
-        return True
-    if status.state != "idle":
-        return False
-    worked = False
-    for older in statuses[i + 1:]:  # newest first: walk back to the previous idle
-        if older.state == "complete":
-            return False
-        if older.state == "idle":
-            break
-        worked = True
-    return worked

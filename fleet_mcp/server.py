@@ -9,11 +9,13 @@ from contextlib import nullcontext
 import httpx
 from fastmcp import FastMCP
 from fastmcp.server.lifespan import lifespan
+from fastmcp.server.middleware import Middleware
 
 from .coder.client import CoderClient
 from .fleet import Fleet
 from .settings import Settings
-from .tools import Envelope, register
+from .errors import Envelope
+from .tools import register
 
 __all__ = ["build_server"]
 
@@ -33,7 +35,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
 
     With `settings.audit_log` set, every tool call is also written to that file, one JSON line each.
     """
-    middleware = [Envelope()]
+    middleware: list[Middleware] = [Envelope()]
     audit = None
     if settings.audit_log is not None:
         from .audit import AuditLog

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
         min_length=1,
         validation_alias=AliasChoices("FLEET_MCP_APP_SLUG", "agentapi_app_slug"),
     )
+    runner_app_slug: str = Field(default="fleet", min_length=1)
     request_timeout_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     retry_budget_s: float = Field(default=20.0, ge=0)
@@ -50,6 +51,8 @@ class Settings(BaseSettings):
     delete_wait_s: float = Field(default=60.0, ge=0)
     poll_interval_s: float = Field(default=0.5, gt=0)
     agent_error_wait_s: float = Field(default=1.0, ge=0)
+    create_adopt_wait_s: float = Field(default=10.0, ge=0)
+    template_cache_s: float = Field(default=60.0, ge=0)
     # Serving over HTTP (FLEET_MCP_AUTH_TOKEN, FLEET_MCP_ALLOWED_HOSTS) and the audit log (FLEET_MCP_AUDIT_LOG).
     auth_token: SecretStr | None = None
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -1,1 +1,1 @@
-"""A typed async client for Coder's REST API and AgentAPI behind Coder's app proxy."""
+"""A typed async client for Coder's REST API and for workspace apps behind Coder's app proxy."""

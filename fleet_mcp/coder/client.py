@@ -1,4 +1,4 @@
-"""Typed async client for Coder's REST API and for AgentAPI behind Coder's app proxy.
+"""Typed async client for Coder's REST API and for workspace apps behind Coder's app proxy.
 
 Every call goes through `CoderClient._request`, which maps failures to the
 errors of `fleet_mcp.coder.errors`, retries only safe (GET) requests, and
@@ -7,12 +7,13 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json as _json
 import random
 import ssl
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import lru_cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +24,7 @@ import pydantic
 
 from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
 from fleet_mcp.coder.schemas import (
-    AgentError, AgentMessage, AgentStatus, BuildInfo, BuildParameter, MessagesPage, Organization, Preset, Presets,
+    BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
@@ -242,70 +243,20 @@ class CoderClient:
         """Cancel a pending or running build (the template must allow it, else `Forbidden`)."""
         await self._request("PATCH", f"/api/v2/workspacebuilds/{_seg(build_id)}/cancel", None)
 
-    # --- AgentAPI through the app proxy -----------------------------------------------------
+    # --- workspace apps through the app proxy --------------------------------------------
 
-    async def agent_status(
-        self, owner: str, workspace: str, agent: str | None = None, slug: str | None = None
-    ) -> AgentStatus:
-        """AgentAPI `/status`: `running` or `stable`, and the transport (pty/acp)."""
-        return await self._request("GET", self._app(owner, workspace, agent, slug, "status"), AgentStatus)
+    async def app_request(self, method: str, path: str, model: Any = None, *, json: Any = None) -> Any:
+        """A request to a workspace app (`path` from `app_proxy_path`), mapped, retried and parsed as any other."""
+        return await self._request(method, path, model, json=json)
 
-    async def agent_messages(
-        self, owner: str, workspace: str, agent: str | None = None, slug: str | None = None
-    ) -> list[AgentMessage]:
-        """AgentAPI `/messages`: the whole conversation, oldest first."""
-        path = self._app(owner, workspace, agent, slug, "messages")
-        page = await self._request("GET", path, MessagesPage)
-        return list(page.messages)
-
-    async def agent_send(
-        self,
-        owner: str,
-        workspace: str,
-        agent: str | None = None,
-        slug: str | None = None,
-        *,
-        content: str,
-        type: Literal["user", "raw"] = "user",
-    ) -> None:
-        """AgentAPI `POST /message`. `user` needs a `stable` agent (else `AgentBusy`); `raw` is keystrokes."""
-        path = self._app(owner, workspace, agent, slug, "message")
-        await self._request("POST", path, None, json={"content": content, "type": type})
-
-    async def agent_errors(self, owner: str, workspace: str, agent: str | None = None, slug: str | None = None,
-                           *, wait: float = 1.0) -> list[AgentError]:
-        """The `agent_error`s AgentAPI replays at the start of `/events` (bounded by `wait` seconds).
-
-        The stream replays messages, a status change, then stored errors, and goes
-        on live: reading stops at the first event after the errors, or after
-        `wait`, whichever comes first. Proxy failures raise as for other calls.
-        """
-        errors: list[AgentError] = []
-
-        async def read() -> None:
-            path = self._app(owner, workspace, agent, slug, "events")
-            async with self._http.stream("GET", path, headers={"Accept": "text/event-stream"}) as response:
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from_response(response, secret=self._secret)
-                event, replayed_status = "", False
-                async for line in response.aiter_lines():
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                        if replayed_status and event != "agent_error":
-                            return
-                        replayed_status = replayed_status or event == "status_change"
-                    elif line.startswith("data:") and event == "agent_error":
-                        errors.append(AgentError.model_validate_json(line[5:].strip()))
-
-        try:
-            await asyncio.wait_for(read(), wait)
-        except (TimeoutError, httpx.HTTPError, pydantic.ValidationError):
-            pass
-        return errors
-
-    def _app(self, owner: str, workspace: str, agent: str | None, slug: str | None, rest: str) -> str:
-        return app_proxy_path(owner, workspace, agent, slug or self._settings.agentapi_app_slug, rest)
+    @asynccontextmanager
+    async def app_stream(self, path: str) -> AsyncIterator[httpx.Response]:
+        """A streamed GET of a workspace app (server-sent events); failures raise as for other calls."""
+        async with self._http.stream("GET", path, headers={"Accept": "text/event-stream"}) as response:
+            if not response.is_success:
+                await response.aread()
+                raise error_from_response(response, secret=self._secret)
+            yield response
 
     # --- the one request method ---------------------------------------------------------------
 

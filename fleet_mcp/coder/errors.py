@@ -1,7 +1,7 @@
-"""Typed errors for Coder's REST API, its workspace app proxy and AgentAPI.
+"""Typed errors for Coder's REST API, its workspace app proxy and the apps behind it.
 
 Coder answers API errors as JSON `{message, detail, validations}`; the app
-proxy answers HTML pages (or a 303 to /login); AgentAPI answers RFC 7807
+proxy answers HTML pages (or a 303 to /login); apps behind it may answer RFC 7807
 problem+json. `error_from_response` turns each into one class by meaning, so
 callers never look at status codes or bodies.
 """
@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 __all__ = [
-    "AgentBusy", "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "CoderError",
+    "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "CoderError",
     "Conflict", "Forbidden", "Gone", "NotFound", "PathAppsDisabled", "RateLimited",
     "ServerError", "Unauthorized", "Unavailable", "Validation", "WorkspaceOffline",
     "error_from_response", "redact",
@@ -103,7 +103,7 @@ class RateLimited(CoderError):
 
 
 class ServerError(CoderError):
-    """5xx from Coder (or from AgentAPI behind the proxy)."""
+    """5xx from Coder (or from an app behind the proxy)."""
 
 
 class Unavailable(CoderError):
@@ -128,10 +128,6 @@ class AppNotFound(AppProxyError):
 
 class PathAppsDisabled(AppProxyError):
     """Path-based apps are disabled on the deployment; only subdomain apps work."""
-
-
-class AgentBusy(Conflict):
-    """AgentAPI refused a user message because the agent is not waiting for input."""
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -235,14 +231,10 @@ def _from_html(status: int, page: str, *, app_proxy: bool) -> CoderError:
 
 
 def _from_problem(status: int, body: dict) -> CoderError:
-    # AgentAPI (huma) problem+json: the useful text sits in errors[].message.
+    # RFC 7807 problem+json (what apps built on huma answer): the useful text sits in errors[].message.
     messages = [str(e.get("message", "")) for e in body.get("errors") or [] if isinstance(e, dict)]
     message = "; ".join(m for m in messages if m) or str(body.get("detail") or body.get("title"))
     detail = str(body.get("detail") or "")
-    if "waiting for user input" in message:
-        return AgentBusy(status, message, detail)
-    if "must not be empty" in message:
-        return BadRequest(status, message, detail)
     return _by_status(status, message, detail, [])
 
 

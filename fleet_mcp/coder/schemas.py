@@ -1,4 +1,4 @@
-"""Lenient models of the Coder and AgentAPI payloads the client reads.
+"""Lenient models of the Coder payloads the client reads.
 
 Only fields a fleet server plausibly reads are declared; everything else is
 ignored. Go's nil slices arrive as `null` and become `[]`, null strings become
@@ -16,9 +16,9 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 __all__ = [
-    "AgentError", "AgentHealth", "AgentMessage", "AgentStatus", "BuildInfo", "BuildParameter", "MessagesPage",
+    "AgentHealth", "BuildInfo", "BuildParameter", "LenientModel", "ListOf",
     "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
-    "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Timestamp",
+    "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
     "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
     "WorkspaceBuild", "WorkspaceHealth", "WorkspaceResource", "WorkspacesPage",
     "parse_timestamp",
@@ -59,7 +59,9 @@ Text = Annotated[str, BeforeValidator(_none_to_str)]
 ListOf = Annotated[list[_T], BeforeValidator(_none_to_list)]
 
 
-class _Model(BaseModel):
+class LenientModel(BaseModel):
+    """Ignores unknown fields and is frozen; the base of every payload model."""
+
     # defer_build: a model's validator is built when first used, not at import; start-up
     # only reads BuildInfo and User, so the other models cost nothing until a tool needs them.
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True, defer_build=True)
@@ -68,20 +70,20 @@ class _Model(BaseModel):
 # --- deployment, users, organizations -----------------------------------------
 
 
-class BuildInfo(_Model):
+class BuildInfo(LenientModel):
     version: Text = ""
     external_url: Text = ""
     dashboard_url: Text = ""
     deployment_id: Text = ""
 
 
-class UserRole(_Model):
+class UserRole(LenientModel):
     name: Text = ""
     display_name: Text = ""
     organization_id: Text = ""
 
 
-class User(_Model):
+class User(LenientModel):
     id: str
     username: str
     email: Text = ""
@@ -91,7 +93,7 @@ class User(_Model):
     organization_ids: ListOf[str] = []
 
 
-class Organization(_Model):
+class Organization(LenientModel):
     id: str
     name: str
     display_name: Text = ""
@@ -102,7 +104,7 @@ class Organization(_Model):
     updated_at: Timestamp = None
 
 
-class Region(_Model):
+class Region(LenientModel):
     id: Text = ""
     name: Text = ""
     display_name: Text = ""
@@ -111,14 +113,14 @@ class Region(_Model):
     wildcard_hostname: Text = ""
 
 
-class RegionsPage(_Model):
+class RegionsPage(LenientModel):
     regions: ListOf[Region] = []
 
 
 # --- templates, versions, parameters, presets -----------------------------------
 
 
-class Template(_Model):
+class Template(LenientModel):
     id: str
     name: str
     display_name: Text = ""
@@ -136,7 +138,7 @@ class Template(_Model):
     updated_at: Timestamp = None
 
 
-class ProvisionerJob(_Model):
+class ProvisionerJob(LenientModel):
     id: Text = ""
     status: Text = ""
     error: Text = ""
@@ -147,7 +149,7 @@ class ProvisionerJob(_Model):
     completed_at: Timestamp = None
 
 
-class TemplateVersion(_Model):
+class TemplateVersion(LenientModel):
     id: str
     name: Text = ""
     template_id: Text = ""
@@ -159,14 +161,14 @@ class TemplateVersion(_Model):
     updated_at: Timestamp = None
 
 
-class ParameterOption(_Model):
+class ParameterOption(LenientModel):
     name: Text = ""
     value: Text = ""
     description: Text = ""
     icon: Text = ""
 
 
-class RichParameter(_Model):
+class RichParameter(LenientModel):
     name: str
     display_name: Text = ""
     description: Text = ""
@@ -183,12 +185,12 @@ class RichParameter(_Model):
     validation_error: Text = ""
 
 
-class PresetParameter(_Model):
+class PresetParameter(LenientModel):
     name: Text = Field("", validation_alias=AliasChoices("Name", "name"))
     value: Text = Field("", validation_alias=AliasChoices("Value", "value"))
 
 
-class Preset(_Model):
+class Preset(LenientModel):
     """A template version preset; real Coder sends PascalCase keys, the swagger lowercase."""
 
     id: str = Field(validation_alias=AliasChoices("ID", "id"))
@@ -214,7 +216,7 @@ Presets = ListOf[Preset]
 # --- workspaces and builds ---------------------------------------------------------
 
 
-class WorkspaceAppStatus(_Model):
+class WorkspaceAppStatus(LenientModel):
     id: Text = ""
     created_at: Timestamp = None
     state: Text = ""
@@ -226,7 +228,7 @@ class WorkspaceAppStatus(_Model):
     app_id: Text = ""
 
 
-class WorkspaceApp(_Model):
+class WorkspaceApp(LenientModel):
     """A workspace app; `statuses` are sorted newest first here (real Coder sends them unordered)."""
 
     id: str
@@ -244,12 +246,12 @@ class WorkspaceApp(_Model):
         return sorted(statuses, key=lambda s: s.created_at or _EPOCH, reverse=True)
 
 
-class AgentHealth(_Model):
+class AgentHealth(LenientModel):
     healthy: bool = False
     reason: Text = ""
 
 
-class WorkspaceAgent(_Model):
+class WorkspaceAgent(LenientModel):
     id: str
     name: str
     parent_id: str | None = None
@@ -263,14 +265,14 @@ class WorkspaceAgent(_Model):
     disconnected_at: Timestamp = None
 
 
-class WorkspaceResource(_Model):
+class WorkspaceResource(LenientModel):
     id: Text = ""
     name: Text = ""
     type: Text = ""
     agents: ListOf[WorkspaceAgent] = []
 
 
-class WorkspaceBuild(_Model):
+class WorkspaceBuild(LenientModel):
     id: str
     build_number: int = 0
     workspace_id: Text = ""
@@ -293,12 +295,12 @@ class WorkspaceBuild(_Model):
         return [agent for resource in self.resources for agent in resource.agents]
 
 
-class WorkspaceHealth(_Model):
+class WorkspaceHealth(LenientModel):
     healthy: bool = False
     failing_agents: ListOf[str] = []
 
 
-class Workspace(_Model):
+class Workspace(LenientModel):
     id: str
     name: str
     owner_id: Text = ""
@@ -320,43 +322,13 @@ class Workspace(_Model):
     dormant_at: Timestamp = None
 
 
-class WorkspacesPage(_Model):
+class WorkspacesPage(LenientModel):
     """One page of `GET /api/v2/workspaces`; `count` is the total matching, not the page size."""
 
     workspaces: ListOf[Workspace] = []
     count: int = 0
 
 
-class BuildParameter(_Model):
+class BuildParameter(LenientModel):
     name: str
     value: Text = ""
-
-
-# --- AgentAPI (behind the app proxy) -----------------------------------------------
-
-
-class AgentStatus(_Model):
-    """`running` (busy) or `stable` (waiting for input); `transport` is absent before v0.12."""
-
-    status: str
-    agent_type: Text = ""
-    transport: str | None = None
-
-
-class AgentMessage(_Model):
-    id: int
-    role: Text = ""
-    content: Text = ""
-    time: Timestamp = None
-
-
-class MessagesPage(_Model):
-    messages: ListOf[AgentMessage] = []
-
-
-class AgentError(_Model):
-    """An `agent_error` event of AgentAPI's `/events` stream (v0.12+)."""
-
-    level: Text = "error"
-    message: Text = ""
-    time: Timestamp = None

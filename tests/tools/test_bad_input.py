@@ -109,6 +109,10 @@ class Rig:
         result = self._run(self.client.call_tool(tool, arguments, raise_on_error=False))
         assert self.snapshot() == before, f"{tool} changed the emulator with {short(arguments)}"
         writes = {r: n for r, n in self.emulator.backend.requests.items() if not r.startswith("GET ")}
+        if tool == "create_agent" and name_taken(arguments.get("name")):
+            # The fleet leaves "is the name taken?" to Coder's own 409 (issue 11): that POST changes nothing.
+            writes.pop("POST /api/v2/users/{user}/workspaces", None)
+            self.emulator.backend.requests.clear()
         assert not writes, f"{tool} sent {writes} with {short(arguments)}"
         if result.is_error:
             answer = json.loads(result.content[0].text)
@@ -202,6 +206,11 @@ def arguments(fields: dict[str, st.SearchStrategy]) -> st.SearchStrategy[dict]:
 
 def reaches_worker(name: object) -> bool:
     return isinstance(name, str) and name.strip().lower() == WORKER
+
+
+def name_taken(name: object) -> bool:
+    """A well-formed name of an existing workspace of the token user (Coder compares names ignoring case)."""
+    return isinstance(name, str) and name.lower() in {WORKER, "hand-made", "dev-box"}
 
 
 def valid_text(value: object) -> bool:

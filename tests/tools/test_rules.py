@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
-from fleet_mcp.rules import check_name, iso, needs_attention, paginate
-from fleet_mcp.models import FleetError
+from fleet_mcp.errors import FleetError
+from fleet_mcp.rules import check_name, iso, paginate
+from fleet_mcp.status import needs_attention
 
 
 @pytest.mark.parametrize("name", ["a", "papi", "Sony", "agent-7", "a" * 20, "1x"])

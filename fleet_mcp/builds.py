@@ -1,0 +1,104 @@
+"""Build operations on fleet workspaces: create (and adopt after an ambiguous failure), delete, wait.
+
+Writes are never repeated: a create or delete whose answer was lost is
+followed by reads that find out what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .coder import errors as ce
+from .coder.client import CoderClient
+from .coder.schemas import Workspace
+from .errors import FleetError, conflict, unavailable
+from .polling import poll_until
+from .rules import BUILD_ACTIVE, MANAGED, PROJECT, ROLE, SPEC
+from .settings import Settings
+
+__all__ = ["Builds"]
+
+
+class Builds:
+    """Creates, deletes and waits for builds of the token user's workspaces."""
+
+    def __init__(self, client: CoderClient, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    async def create(self, name: str, template_id: str, preset_id: str | None, values: dict[str, str]) -> Workspace:
+        """Create the workspace; `Conflict` when the name is taken. After a failure that may have landed,
+        adopt the workspace only if it is the one asked for; never post twice."""
+        try:
+            return await self.client.create_workspace("me", name=name, template_id=template_id,
+                                                      preset_id=preset_id, parameters=values)
+        except (ce.Unavailable, ce.ServerError):
+            return await self._adopt(name, values)
+
+    async def _adopt(self, name: str, values: dict[str, str]) -> Workspace:
+        answered = False  # did Coder answer a lookup (and say no such workspace)?
+
+        async def look() -> Workspace | None:
+            nonlocal answered
+            try:
+                ws = await self.client.workspace_by_name("me", name)
+                params = {p.name: p.value for p in await self.client.build_parameters(ws.latest_build.id)}
+            except ce.NotFound:
+                answered = True
+                return None
+            except ce.CoderError:
+                return None
+            answered = True
+            asked = {k: values[k] for k in (MANAGED, ROLE, PROJECT, SPEC)}
+            # Coder's clock is not ours, so "created by this call" is read off the workspace: its first
+            # build, carrying exactly what this call sent.
+            if ws.latest_build.build_number > 1 or any(params.get(k) != v for k, v in asked.items()):
+                raise conflict(f"A workspace named {name!r} exists, but it is not the agent this call asked for "
+                               "(another agent or a person's workspace has that name).", name=name)
+            return ws
+
+        wait = self.settings.create_adopt_wait_s
+        try:
+            async with asyncio.timeout(wait + 1.0):  # one deadline for every read, retries included
+                found = await poll_until(look, timeout_s=wait, interval_s=self.settings.poll_interval_s)
+        except TimeoutError:
+            found = None
+        if found is not None:
+            return found
+        if answered:
+            raise unavailable(f"Coder did not confirm the new workspace and has none named {name!r}; nothing "
+                              "was created. Try again.", name=name)
+        raise unavailable(f"Coder could not be reached to learn whether agent {name!r} was created. Check with "
+                          "show_agent before creating it again.", name=name)
+
+    async def delete(self, ws: Workspace) -> None:
+        """Request the delete build, cancelling (where the template allows) or waiting for an active build."""
+        build = ws.latest_build
+        if build.transition == "delete" and build.status in ("pending", "running", "deleting", "deleted"):
+            return
+        if build.job.status in BUILD_ACTIVE:
+            try:
+                await self.client.cancel_build(build.id)
+            except (ce.Forbidden, ce.BadRequest):
+                pass
+            await self.wait_idle(ws.id)
+        try:
+            await self.client.create_build(ws.id, "delete")
+        except ce.Conflict:
+            await self.wait_idle(ws.id)
+            await self.client.create_build(ws.id, "delete")
+
+    async def wait_idle(self, workspace_id: str) -> Workspace:
+        """Wait (bounded) until the workspace has no active build."""
+        last: list[Workspace] = []
+
+        async def idle() -> Workspace | None:
+            ws = await self.client.workspace(workspace_id)
+            last[:] = [ws]
+            return ws if ws.latest_build.job.status not in BUILD_ACTIVE else None
+
+        ws = await poll_until(idle, timeout_s=self.settings.delete_wait_s, interval_s=self.settings.poll_interval_s)
+        if ws is None:
+            raise FleetError("unavailable", "The workspace is still busy with a build; try again shortly.",
+                             {"workspace_status": last[-1].latest_build.status if last else None})
+        return ws

@@ -1,0 +1,54 @@
+"""Drivers: how the fleet talks to the Claude Code inside a workspace. See `base.Driver`.
+
+The driver of a workspace follows from the app its template gives the agent:
+the runner's app (`fleet` by default) or AgentAPI's (`ccw` by default), so one
+fleet holds agents of both kinds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..coder.client import CoderClient
+from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
+from .agentapi import AgentAPIDriver
+from .base import (
+    Busy, Driver, DriverError, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending, TurnResult,
+    Unreachable,
+)
+from .runner import RunnerDriver
+
+__all__ = [
+    "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending", "NotSupported",
+    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_for",
+]
+
+
+@dataclass(frozen=True)
+class Slugs:
+    """The app slugs that mark each driver's program, in the order they are looked for."""
+
+    runner: str = "fleet"
+    agentapi: str = "ccw"
+
+    def all(self) -> tuple[str, str]:
+        return self.runner, self.agentapi
+
+
+def agent_and_app(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceAgent | None, WorkspaceApp | None]:
+    """The workspace's first agent and the driver app it offers, either may be None."""
+    agents = ws.latest_build.agents
+    agent = agents[0] if agents else None
+    if agent is None:
+        return None, None
+    by_slug = {a.slug: a for a in agent.apps}
+    return agent, next((by_slug[s] for s in slugs.all() if s in by_slug), None)
+
+
+def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs) -> Driver | None:
+    """The driver for the agent of `ws`, or None when its agent offers neither app."""
+    agent, app = agent_and_app(ws, slugs)
+    if app is None:
+        return None
+    kind = RunnerDriver if app.slug == slugs.runner else AgentAPIDriver
+    return kind(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug)

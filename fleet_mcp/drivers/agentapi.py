@@ -1,0 +1,172 @@
+"""The AgentAPI driver: Coder's screen-reading wrapper around Claude Code, reached through the app proxy.
+
+AgentAPI knows two states (`running`, `stable`), a conversation read off the
+screen, keystrokes, and the errors it replays on its event stream. It cannot
+queue, keeps no results or cost, and interrupts only by an ESC keystroke,
+which is no interrupt on its ACP transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import httpx
+import pydantic
+
+from ..coder import errors as ce
+from ..coder.client import CoderClient, app_proxy_path
+from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
+from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable
+
+__all__ = ["AgentAPIDriver", "AgentError", "AgentMessage", "AgentStatus", "MessagesPage", "is_busy_refusal"]
+
+T = TypeVar("T")
+ESC = "\x1b"
+SETTLE_S = 10.0  # how long an interrupt-then-send waits for the screen to settle
+SETTLE_POLL_S = 0.25
+
+
+class AgentStatus(LenientModel):
+    """`running` (busy) or `stable` (waiting for input); `transport` is absent before v0.12."""
+
+    status: str
+    agent_type: Text = ""
+    transport: str | None = None
+
+
+class AgentMessage(LenientModel):
+    id: int
+    role: Text = ""
+    content: Text = ""
+    time: Timestamp = None
+
+
+class MessagesPage(LenientModel):
+    messages: ListOf[AgentMessage] = []
+
+
+class AgentError(LenientModel):
+    """An `agent_error` event of AgentAPI's `/events` stream (v0.12+)."""
+
+    level: Text = "error"
+    message: Text = ""
+    time: Timestamp = None
+
+
+def is_busy_refusal(exc: ce.CoderError) -> bool:
+    """AgentAPI answers a user message sent mid-turn with a 500 problem, not a 409."""
+    return "waiting for user input" in exc.message
+
+
+class AgentAPIDriver:
+    """One workspace's AgentAPI, at `/@owner/workspace.agent/apps/<slug>/`."""
+
+    kind = "agentapi"
+
+    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
+        self.client = client
+        self.slug = slug
+        self._where = (owner, workspace, agent, slug)
+
+    def _path(self, rest: str) -> str:
+        return app_proxy_path(*self._where, rest)
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except ce.AppNotFound:
+            raise Unreachable(f"The workspace has no app {self.slug!r}: its template lacks the AgentAPI "
+                              "app.") from None
+        except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:
+            raise Unreachable(f"AgentAPI cannot be reached: {exc.message}") from None
+
+    async def _status(self) -> AgentStatus:
+        status: AgentStatus = await self._call(
+            lambda: self.client.app_request("GET", self._path("status"), AgentStatus))
+        return status
+
+    async def live(self) -> Live:
+        status = await self._status()
+        return Live(state="working" if status.status == "running" else "idle",
+                    can_interrupt=status.transport != "acp")
+
+    async def conversation(self) -> list[Message]:
+        page: MessagesPage = await self._call(
+            lambda: self.client.app_request("GET", self._path("messages"), MessagesPage))
+        return [Message(id=m.id, role=m.role, content=m.content, time=m.time) for m in page.messages]
+
+    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+        if if_busy == "queue":
+            raise NotSupported("Queueing a task needs the runner; this agent runs on AgentAPI, which takes a task "
+                               "only between turns. Use if_busy='reject' and send it when the agent is idle, or "
+                               "'interrupt'.")
+        if if_busy == "interrupt" and (await self._status()).status == "running":
+            await self.interrupt()
+            await self._settle()
+        await self._keys(text, "user")
+        return False
+
+    async def _settle(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_S
+        while (await self._status()).status == "running":
+            if loop.time() >= deadline:
+                raise Busy("The agent did not stop after the interrupt.")
+            await asyncio.sleep(SETTLE_POLL_S)
+
+    async def _keys(self, content: str, kind: str) -> None:
+        try:
+            await self._call(lambda: self.client.app_request("POST", self._path("message"),
+                                                             json={"content": content, "type": kind}))
+        except ce.CoderError as exc:
+            if is_busy_refusal(exc):
+                raise Busy("The agent already has a running task.") from None
+            raise
+
+    async def interrupt(self) -> None:
+        if not (await self.live()).can_interrupt:
+            raise NotSupported("This agent speaks AgentAPI's ACP transport, where ESC does not interrupt a task.")
+        await self._keys(ESC, "raw")
+
+    async def answer(self, decision: str, message: str = "") -> None:
+        # AgentAPI cannot tell a pending choice from a finished turn; only the reporter's evidence can, so the
+        # fleet checks before it answers. Keys go as typed: "1", "2", "y", "n", or an Enter for "allow".
+        keys = {"allow": "\r", "deny": ESC}.get(decision, decision)
+        if not keys:
+            raise NothingPending("Nothing to answer with.")
+        await self._keys(keys, "raw")
+        if message:
+            await self._settle()
+            await self._keys(message, "user")
+
+    async def reported_errors(self, wait: float) -> list[str]:
+        """The `agent_error`s AgentAPI replays at the start of `/events` (bounded by `wait` seconds).
+
+        The stream replays messages, a status change, then stored errors, and goes
+        on live: reading stops at the first event after the errors, or after `wait`.
+        """
+        errors: list[str] = []
+
+        async def read() -> None:
+            async with self.client.app_stream(self._path("events")) as response:
+                event, replayed_status = "", False
+                async for line in response.aiter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                        if replayed_status and event != "agent_error":
+                            return
+                        replayed_status = replayed_status or event == "status_change"
+                    elif line.startswith("data:") and event == "agent_error":
+                        errors.append(AgentError.model_validate_json(line[5:].strip()).message)
+
+        try:
+            await asyncio.wait_for(read(), wait)
+        except (TimeoutError, httpx.HTTPError, pydantic.ValidationError):
+            pass
+        return [e for e in errors if e]
+
+    async def results(self) -> list[TurnResult]:
+        raise NotSupported("Turn results, cost and budgets need the runner; this agent runs on AgentAPI.")
+

@@ -1,0 +1,128 @@
+"""The one door to the agent inside a workspace: the `Driver` protocol and what it answers.
+
+A driver speaks to the program that runs Claude Code in one workspace, through
+Coder's app proxy. The fleet knows drivers only through this module: their
+live state, the conversation, sending, interrupting, answering a pending
+permission, and the results of finished turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+__all__ = [
+    "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending", "NotSupported",
+    "Pending", "TurnResult", "Unreachable",
+]
+
+LiveState = Literal["working", "idle", "needs_input", "error"]
+IfBusy = Literal["reject", "queue", "interrupt"]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What the agent waits on: a tool it asked permission for, or a choice on its screen."""
+
+    tool: str
+    summary: str
+    since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Live:
+    """The agent's state as its driver reports it now. Fields a driver cannot know stay None."""
+
+    state: LiveState
+    can_interrupt: bool = True
+    pending: Pending | None = None
+    error: str | None = None
+    since: datetime | None = None
+    current_task: str | None = None
+    queued: int = 0
+    turns: int | None = None
+    cost_usd: float | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """One entry of the conversation: `user`, `assistant`/`agent`, `tool_use` or `tool_result`."""
+
+    id: int
+    role: str
+    content: str
+    time: datetime | None
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A finished turn, as far as the driver knows it."""
+
+    task: str
+    text: str
+    is_error: bool
+    finished_at: datetime | None
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    cost_usd: float | None = None
+    session_id: str | None = None
+    pull_request_url: str | None = None
+    interrupted: bool = False
+    subtype: str = ""
+
+
+class DriverError(Exception):
+    """A driver could not do what was asked; `str()` says why in words for the caller."""
+
+
+class Busy(DriverError):
+    """The agent is in a turn and the message was not queued."""
+
+
+class Unreachable(DriverError):
+    """The agent's program cannot be reached through the app proxy (stopped, disconnected, no such app)."""
+
+
+class NothingPending(DriverError):
+    """An answer was given but the agent waits on nothing."""
+
+
+class NotSupported(DriverError):
+    """This driver cannot do that (e.g. AgentAPI has no queue, no cost, no result)."""
+
+
+class Driver(Protocol):
+    """Talks to the Claude Code of one workspace."""
+
+    kind: str  # "runner" or "agentapi"
+    slug: str  # the app it is reached through
+
+    async def live(self) -> Live:
+        """The state now."""
+        ...
+
+    async def conversation(self) -> list[Message]:
+        """The whole conversation, oldest first."""
+        ...
+
+    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+        """Send a task; True when it was queued rather than started. `Busy` when refused."""
+        ...
+
+    async def interrupt(self) -> None:
+        """Interrupt the running turn (the agent stays)."""
+        ...
+
+    async def answer(self, decision: str, message: str = "") -> None:
+        """Answer what the agent waits on; `NothingPending` when it waits on nothing."""
+        ...
+
+    async def reported_errors(self, wait: float) -> list[str]:
+        """Errors the program itself reported, newest last (best effort, bounded by `wait`)."""
+        ...
+
+    async def results(self) -> list[TurnResult]:
+        """Finished turns, oldest first; `NotSupported` where the program keeps none."""
+        ...

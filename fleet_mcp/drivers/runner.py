@@ -1,0 +1,135 @@
+"""The runner driver: `fleet-mcp runner`, Claude Code on Anthropic's Agent SDK, reached through the app proxy.
+
+The runner keeps the conversation, a pending permission, a queue and every
+turn's result itself (see specs/runner.md), so this side only reads and sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ..coder import errors as ce
+from ..coder.client import CoderClient, app_proxy_path
+from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
+from .base import Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, TurnResult, Unreachable
+
+__all__ = ["RunnerDriver"]
+
+T = TypeVar("T")
+_STATES = {"working": "working", "starting": "working", "idle": "idle", "needs_input": "needs_input",
+           "error": "error"}
+
+
+class _Pending(LenientModel):
+    id: Text = ""
+    tool: Text = ""
+    summary: Text = ""
+    since: Timestamp = None
+
+
+class _State(LenientModel):
+    state: str
+    since: Timestamp = None
+    session_id: str | None = None
+    model: str | None = None
+    current_task: str | None = None
+    pending: _Pending | None = None
+    error: str | None = None
+    queued: int = 0
+    turns: int = 0
+    cost_usd: float = 0.0
+
+
+class _Message(LenientModel):
+    id: int
+    role: Text = ""
+    content: Text = ""
+    time: Timestamp = None
+
+
+class _Messages(LenientModel):
+    messages: ListOf[_Message] = []
+
+
+class _Result(LenientModel):
+    task: Text = ""
+    text: Text = ""
+    is_error: bool = False
+    subtype: Text = ""
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    total_cost_usd: float | None = None
+    session_id: str | None = None
+    finished_at: Timestamp = None
+    pull_request_url: str | None = None
+    interrupted: bool = False
+
+
+class _Results(LenientModel):
+    results: ListOf[_Result] = []
+
+
+class RunnerDriver:
+    """One workspace's runner, at `/@owner/workspace.agent/apps/<slug>/`."""
+
+    kind = "runner"
+
+    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
+        self.client = client
+        self.slug = slug
+        self._where = (owner, workspace, agent, slug)
+
+    async def _call(self, method: str, rest: str, model: Any = None, body: Any = None) -> Any:
+        path = app_proxy_path(*self._where, rest)
+        return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body))
+
+    async def live(self) -> Live:
+        s: _State = await self._call("GET", "state", _State)
+        pending = Pending(s.pending.tool, s.pending.summary, s.pending.since) if s.pending else None
+        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,  # type: ignore[arg-type]
+                    since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
+                    cost_usd=s.cost_usd, model=s.model)
+
+    async def conversation(self) -> list[Message]:
+        page: _Messages = await self._call("GET", "messages", _Messages)
+        return [Message(id=m.id, role=m.role, content=m.content, time=m.time) for m in page.messages]
+
+    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+        try:
+            answer = await self._call("POST", "message", None, {"content": text, "if_busy": if_busy})
+        except ce.Conflict as exc:
+            raise Busy("The agent already has a running task.") from exc
+        return bool(answer and answer.get("queued")) if isinstance(answer, dict) else False
+
+    async def interrupt(self) -> None:
+        try:
+            await self._call("POST", "interrupt")
+        except ce.Conflict:
+            raise DriverError("There is no running task to interrupt.") from None
+
+    async def answer(self, decision: str, message: str = "") -> None:
+        try:
+            await self._call("POST", "answer", None, {"decision": decision, "message": message})
+        except ce.Conflict:
+            raise NothingPending("The agent is not waiting for an answer.") from None
+
+    async def reported_errors(self, wait: float) -> list[str]:
+        state: _State = await self._call("GET", "state", _State)
+        return [state.error] if state.error else []
+
+    async def results(self) -> list[TurnResult]:
+        page: _Results = await self._call("GET", "results", _Results)
+        return [TurnResult(task=r.task, text=r.text, is_error=r.is_error, finished_at=r.finished_at,
+                           num_turns=r.num_turns, duration_ms=r.duration_ms, cost_usd=r.total_cost_usd,
+                           session_id=r.session_id, pull_request_url=r.pull_request_url,
+                           interrupted=r.interrupted, subtype=r.subtype) for r in page.results]
+
+
+async def _reachable(slug: str, call: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await call()
+    except ce.AppNotFound:
+        raise Unreachable(f"The workspace has no app {slug!r}: its template lacks the runner app.") from None
+    except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:
+        raise Unreachable(f"The runner cannot be reached: {exc.message}") from None

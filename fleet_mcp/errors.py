@@ -1,0 +1,151 @@
+"""The contract's error envelope, its constructors, the mapping from Coder's errors, and the one middleware.
+
+A problem the calling model can act on is a tool error whose text is
+`{"error", "message", "details"}` as JSON. The fleet raises `FleetError` (or
+lets a `CoderError` through); `guarded`, applied to every tool where tools are
+registered, maps the rest, and the `Envelope` middleware answers what fails
+before a tool runs (arguments, unknown tools). No stack trace or token ever
+reaches the client or the log.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import pydantic
+from fastmcp.exceptions import NotFoundError, ToolError
+from fastmcp.exceptions import ValidationError as ArgumentsError
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+
+from .coder import errors as ce
+
+__all__ = [
+    "Envelope", "ErrorCode", "FleetError", "bad_request", "conflict", "from_coder", "guarded", "not_found",
+    "unavailable", "unexpected",
+]
+
+log = logging.getLogger("fleet_mcp")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+ErrorCode = Literal["bad_request", "not_found", "conflict", "unavailable", "unauthorized"]
+
+
+class FleetError(ToolError):
+    """A problem the caller can act on; the tool answers it as the contract's envelope.
+
+    A `ToolError`, so FastMCP answers its text (the envelope) as it is and logs it without a trace.
+    """
+
+    def __init__(self, error: ErrorCode, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(json.dumps({"error": error, "message": message, "details": details}),
+                         log_level=logging.INFO if error != "unavailable" else logging.WARNING)
+        self.error: ErrorCode = error
+        self.message = message
+        self.details = details
+
+    def envelope(self) -> str:
+        return str(self)
+
+
+def bad_request(message: str, **details: Any) -> FleetError:
+    return FleetError("bad_request", message, details or None)
+
+
+def not_found(message: str, **details: Any) -> FleetError:
+    return FleetError("not_found", message, details or None)
+
+
+def conflict(message: str, **details: Any) -> FleetError:
+    return FleetError("conflict", message, details or None)
+
+
+def unavailable(message: str, **details: Any) -> FleetError:
+    return FleetError("unavailable", message, details or None)
+
+
+def from_coder(exc: ce.CoderError) -> FleetError:
+    """What a Coder failure that reached the tool boundary means to the caller."""
+    if isinstance(exc, ce.Unauthorized):
+        return FleetError("unauthorized", "Coder refused the session token; check CODER_SESSION_TOKEN.")
+    if isinstance(exc, ce.Gone):  # 410: the workspace was deleted while the call ran
+        return not_found("The agent's workspace has been deleted.", status=410)
+    if isinstance(exc, ce.BadRequest):  # Coder's validation: the caller can change what it sent
+        return bad_request(f"Coder refused the request: {exc}", status=exc.status)
+    if isinstance(exc, ce.Forbidden):
+        return FleetError("unauthorized", f"Coder does not allow this to the token's user: {exc.message}",
+                          {"status": exc.status})
+    if isinstance(exc, ce.PathAppsDisabled):
+        return unavailable("Path-based apps are disabled on this Coder deployment; the agent can only be "
+                           "reached through subdomain apps.")
+    return unavailable(f"Coder could not complete the request: {exc.message}", status=exc.status)
+
+
+def unexpected() -> FleetError:
+    return unavailable("The fleet server hit an unexpected problem; it has been logged. Check the agent with "
+                       "show_agent before repeating a change.")
+
+
+def guarded(tool: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """`tool`, with every failure raised as a `FleetError`: Coder's mapped, anything else logged by type only.
+
+    Applied once per tool where the tools are registered: FastMCP would log any
+    other exception with its traceback before a middleware could see it.
+    """
+
+    @functools.wraps(tool)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await tool(*args, **kwargs)
+        except FleetError:
+            raise
+        except ce.CoderError as exc:
+            error = from_coder(exc)
+            if error.error == "unavailable":
+                log.warning("Coder request failed: %s", exc)
+            raise error from None
+        except Exception as exc:  # noqa: BLE001 - no trace, no detail leaves the server
+            log.error("unexpected %s in tool %s", type(exc).__name__, tool.__name__)
+            raise unexpected() from None
+
+    return call
+
+
+class Envelope(Middleware):
+    """Every failure of a tool call answers as the contract's envelope.
+
+    The model sees `bad_request` naming the fields the schema refused (never
+    echoing their values) and the tools there are when it names another; an
+    unexpected fault is logged by type only.
+    """
+
+    async def on_call_tool(self, context: MiddlewareContext, call_next: CallNext) -> Any:
+        try:
+            return await call_next(context)
+        except FleetError:
+            raise
+        except ArgumentsError as exc:
+            raise _invalid_arguments(exc) from None
+        except NotFoundError:
+            server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
+            tools = sorted(t.name for t in await server.list_tools()) if server else []
+            name = str(getattr(context.message, "name", ""))[:80]
+            raise bad_request(f"No tool named {name!r}.", tools=tools) from None
+        except ToolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: no trace leaves the server
+            log.error("unexpected %s in tool %s", type(exc).__name__, getattr(context.message, "name", "?"))
+            raise unexpected() from None
+
+
+def _invalid_arguments(exc: ArgumentsError) -> FleetError:
+    cause = exc.__cause__
+    problems = [{"field": ".".join(map(str, e["loc"])) or "arguments", "problem": e["msg"]}
+                for e in cause.errors(include_input=False, include_url=False)] \
+        if isinstance(cause, pydantic.ValidationError) else []
+    fields = ", ".join(p["field"] for p in problems) or "arguments"
+    return bad_request(f"Invalid arguments: {fields}.", problems=problems)

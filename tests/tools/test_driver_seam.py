@@ -1,0 +1,39 @@
+"""The driver protocol is the only door to the agent's program: no other module speaks AgentAPI or the runner."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fleet_mcp"
+DRIVERS = PACKAGE / "drivers"
+# Words only a module that speaks AgentAPI needs: its states, keystrokes, routes and events.
+AGENTAPI_WORDS = re.compile(r'"stable"|"raw"|"acp"|\\x1b|/events|"agent_error"|/messages|MessagesPage')
+# The runner's routes, as a client of it would name them.
+RUNNER_WORDS = re.compile(r'"interrupt"|"answer"|"results"|FLEET_RUNNER_')
+
+
+def fleet_modules() -> list[Path]:
+    return [p for p in PACKAGE.rglob("*.py") if "emulator" not in p.parts and "runner" not in p.parts
+            and "__pycache__" not in p.parts]
+
+
+@pytest.mark.parametrize("path", [p for p in fleet_modules() if DRIVERS not in p.parents],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_drivers_speak_to_the_agents_program(path: Path) -> None:
+    source = path.read_text()
+    assert not AGENTAPI_WORDS.search(source), f"{path.name} speaks AgentAPI: {AGENTAPI_WORDS.search(source)}"
+    assert not RUNNER_WORDS.search(source), f"{path.name} speaks the runner's API"
+    assert "app_proxy_path(" not in source or path.name == "client.py", f"{path.name} builds app-proxy paths"
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            assert not re.search(r"drivers\.(agentapi|runner)$", node.module), \
+                f"{path.name} imports a driver directly; use fleet_mcp.drivers"
+
+
+def test_agentapi_words_live_in_its_driver_only() -> None:
+    speaking = sorted(str(p.relative_to(PACKAGE)) for p in fleet_modules() if AGENTAPI_WORDS.search(p.read_text()))
+    assert speaking == ["drivers/agentapi.py"]

@@ -1,0 +1,102 @@
+"""Status rules as pure functions: one table row per situation, no Coder, no driver."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from fleet_mcp.coder.schemas import Workspace
+from fleet_mcp.drivers import Live, Slugs
+from fleet_mcp.status import Snapshot, base_status, fresh_app_status, list_status, live_status
+
+SLUGS = Slugs(runner="fleet", agentapi="ccw")
+BUILT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def workspace(build: str = "running", transition: str = "start", agent: dict[str, Any] | None = None,
+              app: dict[str, Any] | None = None, latest: dict[str, Any] | None = None, error: str = "") -> Workspace:
+    """A workspace as Coder sends it, reduced to what the rules read."""
+    agents = []
+    if agent is not None:
+        apps = [{"id": "app", "slug": "ccw", "health": "healthy", **app}] if app is not None else []
+        agents = [{"id": "agent", "name": "main", "status": "connected", "lifecycle_state": "ready", **agent,
+                   "apps": apps}]
+    return Workspace.model_validate({
+        "id": "ws", "name": "w", "owner_name": "demo", "template_name": "fleet-demo",
+        "latest_build": {"id": "b", "status": build, "transition": transition, "created_at": BUILT.isoformat(),
+                         "job": {"status": "succeeded", "error": error}, "resources": [{"agents": agents}]},
+        "latest_app_status": latest,
+    })
+
+
+def app_status(state: str, seconds_after_build: float) -> dict[str, Any]:
+    return {"state": state, "message": state, "created_at": (BUILT + timedelta(seconds=seconds_after_build)).isoformat()}
+
+
+READY_AGENT: dict[str, Any] = {}
+HEALTHY: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize(("ws", "expected"), [
+    (workspace("pending"), ("pending", None)),
+    (workspace("starting"), ("starting", None)),
+    (workspace("stopped", "stop"), ("stopped", None)),
+    (workspace("deleting", "delete"), ("deleting", None)),
+    (workspace("failed", error="terraform exploded"), ("failed", "terraform exploded")),
+    (workspace("running"), ("starting", None)),  # no agent yet
+    (workspace(agent={"status": "connecting"}), ("starting", None)),
+    (workspace(agent={"lifecycle_state": "starting"}), ("starting", None)),
+    (workspace(agent={"status": "disconnected"}), ("offline", "The workspace agent is disconnected.")),
+    (workspace(agent={"lifecycle_state": "start_error"}, app=HEALTHY), ("failed", "start_error")),
+    (workspace(agent=READY_AGENT, app={"health": "initializing"}), ("starting", None)),
+    (workspace(agent=READY_AGENT, app={"health": "unhealthy"}), ("offline", "AgentAPI")),
+    (workspace(agent=READY_AGENT, app={"health": "unhealthy", "slug": "fleet"}), ("offline", "The runner")),
+    (workspace(agent=READY_AGENT, app={"slug": "vscode"}), ("offline", "lacks the runner or AgentAPI app")),
+    (workspace(agent=READY_AGENT, app=HEALTHY), ("ready", None)),
+])
+def test_base_status(ws: Workspace, expected: tuple[str, str | None]) -> None:
+    status, problem = base_status(ws, SLUGS)
+    assert status == expected[0]
+    if expected[1] is None:
+        assert problem is None
+    else:
+        assert problem is not None and expected[1] in problem
+
+
+@pytest.mark.parametrize(("latest", "transition", "fresh"), [
+    (None, "start", False),
+    (app_status("working", 5), "start", True),
+    (app_status("working", -5), "start", False),  # from before the latest start build
+    (app_status("working", 0), "start", False),  # Coder wants it strictly after the build
+    (app_status("complete", -5), "stop", True),  # a stop build keeps the last status worth showing
+])
+def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fresh: bool) -> None:
+    ws = workspace("running" if transition == "start" else "stopped", transition, latest=latest)
+    assert (fresh_app_status(ws) is not None) is fresh
+
+
+@pytest.mark.parametrize(("latest", "expected"), [
+    (None, "idle"),
+    (app_status("working", 5), "busy"),
+    (app_status("complete", 5), "busy"),  # winding down until the reporter says idle
+    (app_status("failure", 5), "busy"),
+    (app_status("idle", 5), "idle"),
+    (app_status("working", -5), "idle"),  # stale: from the previous run
+])
+def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> None:
+    assert list_status(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS) == expected
+
+
+@pytest.mark.parametrize(("live", "unreachable", "expected"), [
+    (Live("working"), None, ("busy", None)),
+    (Live("idle"), None, ("idle", None)),
+    (None, "AgentAPI cannot be reached: Workspace Offline", ("offline", "AgentAPI cannot be reached")),
+])
+def test_live_status_asks_the_driver_only_when_ready(live: Live | None, unreachable: str | None,
+                                                     expected: tuple[str, str | None]) -> None:
+    status, problem = live_status(Snapshot(workspace(agent=READY_AGENT, app=HEALTHY), {}, live, unreachable), SLUGS)
+    assert status == expected[0] and (problem or "").startswith(expected[1] or "")
+    stopped = Snapshot(workspace("stopped", "stop"), {}, Live("working"), None)
+    assert live_status(stopped, SLUGS) == ("stopped", None)  # the build wins over a stale live answer
