@@ -71,22 +71,31 @@ class Builds:
         raise unavailable(f"Coder could not be reached to learn whether agent {name!r} was created. Check with "
                           "show_agent before creating it again.", name=name)
 
-    async def delete(self, ws: Workspace) -> None:
-        """Request the delete build, cancelling (where the template allows) or waiting for an active build."""
+    async def delete(self, ws: Workspace) -> bool:
+        """Request the delete build, cancelling (where the template allows) or waiting for an active build.
+
+        False when the workspace was already being deleted or gone (another call got there first).
+        """
         build = ws.latest_build
         if build.transition == "delete" and build.status in ("pending", "running", "deleting", "deleted"):
-            return
-        if build.job.status in BUILD_ACTIVE:
-            try:
-                await self.client.cancel_build(build.id)
-            except (ce.Forbidden, ce.BadRequest):
-                pass
-            await self.wait_idle(ws.id)
+            return False
         try:
-            await self.client.create_build(ws.id, "delete")
-        except ce.Conflict:
-            await self.wait_idle(ws.id)
-            await self.client.create_build(ws.id, "delete")
+            if build.job.status in BUILD_ACTIVE:
+                try:
+                    await self.client.cancel_build(build.id)
+                except (ce.Forbidden, ce.BadRequest):
+                    pass
+                await self.wait_idle(ws.id)
+            try:
+                await self.client.create_build(ws.id, "delete")
+            except ce.Conflict:
+                latest = await self.wait_idle(ws.id)
+                if latest.latest_build.transition == "delete":
+                    return False
+                await self.client.create_build(ws.id, "delete")
+        except ce.Gone:
+            return False
+        return True
 
     async def wait_idle(self, workspace_id: str) -> Workspace:
         """Wait (bounded) until the workspace has no active build."""

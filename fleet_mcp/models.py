@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 __all__ = [
     "Agent", "AgentList", "AgentLog", "AgentStatus", "AgentSummary", "CreatedAgent", "DeletedAgent",
     "DeleteResult", "LogMessage", "Metadata", "Project", "Projects", "Role", "Roles",
-    "ShownAgent", "Task", "TaskHistory", "TaskResult",
+    "ShownAgent", "Task", "TaskHistory", "TaskResult", "AgentGlance", "AgentGlances", "AnswerResult", "Condition",
+    "LastTurn", "StatusFacts", "StatusSource", "TurnOutcome", "WaitResult", "WaitedAgent",
 ]
 
 AgentStatus = Literal[
-    "pending", "starting", "busy", "idle", "stopping", "stopped", "failed",
+    "pending", "starting", "busy", "idle", "needs_input", "stopping", "stopped", "failed",
     "canceling", "canceled", "deleting", "deleted", "offline",
 ]
+StatusSource = Literal["build", "workspace agent", "app status", "driver"]
+LastTurn = Literal["succeeded", "failed", "interrupted"]
+Condition = Literal["idle", "needs_input", "stopped", "failed"]
+
+
+class StatusFacts(BaseModel):
+    """Where a status came from, since when, and how the agent's last turn ended."""
+
+    status_source: StatusSource = Field(description="What the status was read from: build, workspace agent, "
+                                                    "app status (the agent's own reports) or driver (asked live)")
+    status_since: str | None = Field(default=None, description="When the agent entered this status, as far as known")
+    last_turn: LastTurn | None = Field(default=None, description="How the last finished turn ended, once one has")
+    last_turn_error: str | None = Field(default=None, description="Why the last turn failed, when it did")
 
 
 class Metadata(BaseModel):
@@ -26,12 +40,12 @@ class Metadata(BaseModel):
     fleet_mcp_project: str
     fleet_mcp_agent_spec: str
     fleet_mcp_current_task: str | None = None
-    fleet_mcp_pull_request_url: str | None = Field(None, description="Newest pull-request link the agent reported")
+    fleet_mcp_pull_request_url: str | None = Field(default=None, description="Newest pull-request link the agent reported")
     fleet_mcp_pull_request_status: str | None = None
     fleet_mcp_pull_request_check_status: str | None = None
 
 
-class Agent(BaseModel):
+class Agent(StatusFacts):
     name: str
     workspace_id: str
     status: AgentStatus
@@ -42,7 +56,9 @@ class Agent(BaseModel):
     current_task: str | None
     created_at: str
     updated_at: str
-    problem: str | None = Field(None, description="Why the agent is failed or offline, when known")
+    problem: str | None = Field(default=None, description="Why the agent is failed, offline or waiting, when known")
+    driver: Literal["runner", "agentapi"] | None = Field(default=None, description="What runs Claude Code in the "
+                                                                            "workspace, when known")
     metadata: Metadata
 
 
@@ -55,7 +71,7 @@ class ShownAgent(BaseModel):
     agent: Agent
 
 
-class AgentSummary(BaseModel):
+class AgentSummary(StatusFacts):
     name: str
     status: AgentStatus
     current_task: str | None
@@ -97,6 +113,7 @@ class DeletedAgent(BaseModel):
 class DeleteResult(BaseModel):
     message: str
     deleted_agent: DeletedAgent
+    already_deleted: bool = Field(default=False, description="The agent was already deleted or being deleted")
 
 
 class Role(BaseModel):
@@ -135,3 +152,60 @@ class AgentLog(BaseModel):
     page: int
     page_size: int
     total_pages: int
+
+
+class WaitedAgent(BaseModel):
+    name: str
+    status: AgentStatus
+    met: bool = Field(description="Whether this agent reached the condition")
+    status_since: str | None = None
+    last_turn: LastTurn | None = None
+    last_turn_error: str | None = None
+
+
+class WaitResult(BaseModel):
+    agents: list[WaitedAgent]
+    met: list[str] = Field(description="Names of the agents that reached the condition")
+    timed_out: bool
+    waited_s: float
+    message: str
+
+
+class AgentGlance(BaseModel):
+    """One agent of show_agents: its status, current task and newest output, or why it could not be shown."""
+
+    name: str
+    status: AgentStatus | None = None
+    status_source: StatusSource | None = None
+    current_task: str | None = None
+    latest_output: str | None = Field(default=None, description="The newest thing the agent said, cut to 300 characters")
+    problem: str | None = None
+    error: dict[str, Any] | None = Field(default=None, description="The error envelope, when this agent was not shown")
+
+
+class AgentGlances(BaseModel):
+    agents: list[AgentGlance]
+
+
+class TurnOutcome(BaseModel):
+    """The agent's last finished turn, compact."""
+
+    agent_name: str
+    task: str | None = Field(description="The task that produced the result")
+    outcome: Literal["succeeded", "failed", "interrupted"]
+    text: str = Field(description="The agent's final answer, cut to 4,000 characters")
+    truncated: bool
+    pull_request_url: str | None = None
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    cost_usd: float | None = Field(default=None, description="This turn's cost (runner only)")
+    total_cost_usd: float | None = Field(default=None, description="The agent's cost so far, over all turns (runner only)")
+    finished_at: str | None = None
+    driver: Literal["runner", "agentapi"]
+
+
+class AnswerResult(BaseModel):
+    agent_name: str
+    decision: str
+    agent_status: AgentStatus
+    message: str

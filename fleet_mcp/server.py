@@ -13,6 +13,8 @@ from fastmcp.server.middleware import Middleware
 
 from .coder.client import CoderClient
 from .fleet import Fleet
+from .turns import Turns
+from .waits import Waits
 from .settings import Settings
 from .errors import Envelope
 from .tools import register
@@ -49,7 +51,8 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         with audit.opened() if audit else nullcontext():
             try:
                 async with CoderClient(settings, transport=transport) as client:
-                    yield {"fleet": Fleet(client, settings)}
+                    fleet = Fleet(client, settings)
+                    yield {"fleet": fleet, "turns": Turns(fleet), "waits": Waits(fleet)}
             finally:
                 log.info("Coder client closed")
 

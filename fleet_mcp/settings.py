@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     agent_error_wait_s: float = Field(default=1.0, ge=0)
     create_adopt_wait_s: float = Field(default=10.0, ge=0)
     template_cache_s: float = Field(default=60.0, ge=0)
+    wait_poll_interval_s: float = Field(default=2.0, gt=0)
+    progress_interval_s: float = Field(default=5.0, gt=0)
     # Serving over HTTP (FLEET_MCP_AUTH_TOKEN, FLEET_MCP_ALLOWED_HOSTS) and the audit log (FLEET_MCP_AUDIT_LOG).
     auth_token: SecretStr | None = None
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)

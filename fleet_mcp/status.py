@@ -1,20 +1,42 @@
 """Status rules: pure functions over what Coder and the driver said about an agent. No I/O.
 
-A list sees only workspaces (one Coder request for the whole fleet); a single
-agent's answer also has its build parameters and its driver's live state,
-gathered concurrently into one `Snapshot`.
+A list sees only workspaces (one Coder request for the whole fleet): builds,
+workspace agents, and the app statuses the agent's program reports. A single
+agent's answer also has its driver's live state, gathered concurrently into
+one `Snapshot`. Every status says where it came from and since when.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
-from .coder.schemas import Workspace, WorkspaceAppStatus
+from .coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
 from .drivers import Live, Slugs, agent_and_app
 
-__all__ = ["READY", "Snapshot", "base_status", "fresh_app_status", "list_status", "live_status", "needs_attention"]
+__all__ = [
+    "NEEDS_INPUT_PREFIX", "READY", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
+    "list_status", "live_status", "needs_attention", "turn_status",
+]
 
 READY = "ready"  # base_status's word for "the driver decides"
+NEEDS_INPUT_PREFIX = "Needs input:"  # how the runner reports a pending permission as an app status
+# What Claude Code's own summaries say while a prompt waits on the screen (AgentAPI cannot say it otherwise).
+_WAITING = re.compile(r"(?i)permission|approv|confirm|waiting for (your |user )?(input|answer|reply)|question")
+_ACTIVE_BUILD = ("pending", "running", "deleting")
+
+
+@dataclass(frozen=True)
+class Status:
+    """An agent's status, why (when it is bad), where it was read and since when."""
+
+    value: str
+    problem: str | None = None
+    source: str = "build"  # build | workspace agent | app status | driver
+    since: datetime | None = None
+    last_turn: str | None = None  # succeeded | failed | interrupted, once a turn has ended
+    last_turn_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -27,29 +49,37 @@ class Snapshot:
     unreachable: str | None = None  # why the driver could not be asked, when it could not
 
 
-def base_status(ws: Workspace, slugs: Slugs) -> tuple[str, str | None]:
-    """(status, problem) from the build, the workspace agent and the app alone; `READY` when the driver decides."""
+def base_status(ws: Workspace, slugs: Slugs) -> Status:
+    """The status from the build, the workspace agent and the app alone; `READY` when the turn decides."""
     build = ws.latest_build
+    built_since = build.updated_at or build.created_at
+    if build.transition == "delete" and build.status in _ACTIVE_BUILD:
+        return Status("deleting", since=built_since)
     if build.status == "failed":
-        return "failed", build.job.error or "The workspace build failed."
+        return Status("failed", build.job.error or "The workspace build failed.", since=built_since)
     if build.status != "running":
-        return build.status or "pending", None
+        return Status(build.status or "pending", since=built_since)
     agent, app = agent_and_app(ws, slugs)
-    if agent is None or agent.status == "connecting" or agent.lifecycle_state in ("created", "starting", ""):
-        return "starting", None
+    if agent is None:
+        return Status("starting", since=built_since)
+    if agent.status == "connecting" or agent.lifecycle_state in ("created", "starting", ""):
+        return Status("starting", source="workspace agent", since=built_since)
     if agent.status in ("disconnected", "timeout"):
-        return "offline", f"The workspace agent is {agent.status}."
+        return Status("offline", f"The workspace agent is {agent.status}.", "workspace agent",
+                      agent.disconnected_at or agent.last_connected_at)
     if agent.lifecycle_state in ("start_error", "start_timeout"):
-        return "failed", agent.health.reason or f"The agent's startup scripts ended in {agent.lifecycle_state}."
+        return Status("failed", agent.health.reason or
+                      f"The agent's startup scripts ended in {agent.lifecycle_state}.", "workspace agent", built_since)
     if app is None:
-        return "offline", (f"The workspace has no app {slugs.runner!r} or {slugs.agentapi!r}: its template "
-                           "lacks the runner or AgentAPI app.")
+        return Status("offline", f"The workspace has no app {slugs.runner!r} or {slugs.agentapi!r}: its template "
+                      "lacks the runner or AgentAPI app.", "workspace agent", built_since)
     if app.health == "initializing":
-        return "starting", None
+        return Status("starting", source="workspace agent", since=built_since)
     if app.health == "unhealthy":
         program = "The runner" if app.slug == slugs.runner else "AgentAPI"
-        return "offline", f"{program} (app {app.slug!r}) does not answer its health check."
-    return READY, None
+        return Status("offline", f"{program} (app {app.slug!r}) does not answer its health check.",
+                      "workspace agent", built_since)
+    return Status(READY, source="workspace agent", since=built_since)
 
 
 def fresh_app_status(ws: Workspace) -> WorkspaceAppStatus | None:
@@ -64,25 +94,73 @@ def fresh_app_status(ws: Workspace) -> WorkspaceAppStatus | None:
     return status
 
 
-def list_status(ws: Workspace, slugs: Slugs) -> str:
+def app_statuses(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceApp | None, list[WorkspaceAppStatus]]:
+    """The driver app and its statuses of the current build, newest first."""
+    _, app = agent_and_app(ws, slugs)
+    if app is None:
+        return None, []
+    build = ws.latest_build.created_at
+    return app, [s for s in app.statuses if not (build and s.created_at and not s.created_at > build)]
+
+
+def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
+    """Where the agent's turn stands, from its app statuses (newest first); `idle` when none was reported."""
+    if not statuses:
+        return Status("idle", source="app status")
+    latest = statuses[0]
+    if latest.state != "idle":
+        # `complete` and `failure` come just before `idle`, while the agent is still winding down.
+        return Status("busy", source="app status", since=latest.created_at)
+    if latest.message.startswith(NEEDS_INPUT_PREFIX):
+        return Status("needs_input", source="app status", since=latest.created_at)
+    ended, error, worked = None, None, False
+    for older in statuses[1:]:  # walk back to the previous idle
+        if older.state == "idle":
+            break
+        if older.state in ("complete", "failure") and ended is None:
+            ended = "succeeded" if older.state == "complete" else "failed"
+            error = older.message if older.state == "failure" else None
+        worked = worked or older.state == "working"
+    if ended is None and worked:
+        waiting = not runner and (_WAITING.search(latest.message) or any(
+            _WAITING.search(s.message) for s in statuses[1:3] if s.state == "working"))
+        if waiting:
+            return Status("needs_input", source="app status", since=latest.created_at)
+        ended = "interrupted"
+    return Status("idle", source="app status", since=latest.created_at, last_turn=ended, last_turn_error=error)
+
+
+def list_status(ws: Workspace, slugs: Slugs) -> Status:
     """The status a list shows, from the workspace alone."""
-    status, _ = base_status(ws, slugs)
-    if status != READY:
-        return status
-    # Only the reporter's `idle` ends a turn; `complete` or `failure` come just before it, while the agent
-    # is still winding down.
-    fresh = fresh_app_status(ws)
-    return "idle" if fresh is None or fresh.state == "idle" else "busy"
+    base = base_status(ws, slugs)
+    if base.value != READY:
+        return base
+    app, statuses = app_statuses(ws, slugs)
+    if app is not None and not app.statuses and fresh_app_status(ws) is not None:
+        statuses = [fresh_app_status(ws)]  # type: ignore[list-item]  # a listing without per-app history
+    return turn_status(statuses, runner=app is not None and app.slug == slugs.runner)
 
 
-def live_status(snap: Snapshot, slugs: Slugs) -> tuple[str, str | None]:
-    """(status, problem) of one agent whose driver was asked."""
-    status, problem = base_status(snap.workspace, slugs)
-    if status != READY:
-        return status, problem
-    if snap.live is None:
-        return "offline", snap.unreachable
-    return ("busy" if snap.live.state == "working" else "idle"), None
+def live_status(snap: Snapshot, slugs: Slugs) -> Status:
+    """The status of one agent whose driver was asked: the driver says busy or not, app statuses say how
+    the last turn ended (and, on AgentAPI, whether a prompt waits)."""
+    base = base_status(snap.workspace, slugs)
+    if base.value != READY:
+        return base
+    live = snap.live
+    if live is None:
+        return replace(base, value="offline", problem=snap.unreachable)
+    turn = list_status(snap.workspace, slugs)
+    if live.state == "working":
+        return Status("busy", source="driver", since=live.since or turn.since)
+    if live.state == "needs_input":
+        pending = f"Waits for permission to use {live.pending.tool}: {live.pending.summary}" if live.pending else None
+        return Status("needs_input", pending, "driver", live.pending.since if live.pending else live.since)
+    if live.state == "error":
+        return Status("failed", live.error or "The agent's program reported an error.", "driver", live.since)
+    if turn.value == "needs_input" and not turn.source == "app status" or turn.value == "busy":
+        turn = replace(turn, value="idle")  # the reporter lags behind the driver: the turn is over
+    return replace(turn, source="driver", since=live.since or turn.since)
 
 
 def needs_attention(statuses: list[WorkspaceAppStatus], i: int) -> bool:

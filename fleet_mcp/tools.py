@@ -7,7 +7,7 @@ failure as the contract's error envelope.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastmcp import Context, FastMCP
 from pydantic import Field
@@ -15,9 +15,11 @@ from pydantic import Field
 from .errors import guarded
 from .fleet import Fleet
 from .models import (
-    AgentList, AgentLog, AgentStatus, CreatedAgent, DeleteResult, Projects, Roles, ShownAgent, TaskHistory,
-    TaskResult,
+    AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult, Projects,
+    Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
+from .turns import Turns
+from .waits import Waits
 
 __all__ = ["register"]
 
@@ -28,13 +30,27 @@ PageSize = Annotated[int, Field(description="Items per page; clamped to 1..100")
 READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
 
 
+WAIT = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
+WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
+
+
 def _fleet(ctx: Context) -> Fleet:
     fleet: Fleet = ctx.lifespan_context["fleet"]
     return fleet
 
 
+def _turns(ctx: Context) -> Turns:
+    turns: Turns = ctx.lifespan_context["turns"]
+    return turns
+
+
+def _waits(ctx: Context) -> Waits:
+    waits: Waits = ctx.lifespan_context["waits"]
+    return waits
+
+
 def register(mcp: FastMCP) -> None:
-    """Add the fleet's tools to a FastMCP server whose lifespan yields {"fleet": Fleet}."""
+    """Add the fleet's tools to a FastMCP server whose lifespan yields {"fleet", "turns", "waits"}."""
 
     def tool(**options: Any) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
         return lambda fn: mcp.tool(**options)(guarded(fn))
@@ -88,20 +104,70 @@ def register(mcp: FastMCP) -> None:
         """Delete an agent and destroy its workspace, even while it works. Cannot be undone."""
         return await _fleet(ctx).delete(agent_name)
 
-    @tool(title="Start agent task", annotations={"readOnlyHint": False, "destructiveHint": False,
-                                                     "idempotentHint": False, "openWorldHint": True})
+    @tool(title="Start agent task", annotations=WRITE)
     async def start_agent_task(
         ctx: Context, agent_name: AgentName,
         task_description: Annotated[str, Field(description="The task, as you would say it to the agent")],
+        if_busy: Annotated[Literal["reject", "queue", "interrupt"], Field(
+            description="While the agent works: reject (a conflict error), queue (runs when the turn ends; "
+                        "runner agents only) or interrupt (stop the turn, then send)")] = "reject",
     ) -> TaskResult:
-        """Give an idle agent its next task. Refused with `conflict` while it is busy."""
-        return await _fleet(ctx).start_task(agent_name, task_description)
+        """Give an agent its next task. While it is busy: refused with `conflict` (the default), queued, or sent
+        after interrupting the running turn, as `if_busy` says."""
+        return await _turns(ctx).start(agent_name, task_description, if_busy)
 
-    @tool(title="Cancel agent task", annotations={"readOnlyHint": False, "destructiveHint": True,
-                                                      "idempotentHint": False, "openWorldHint": True})
+    @tool(title="Cancel agent task", annotations={**WRITE, "destructiveHint": True})
     async def cancel_agent_task(ctx: Context, agent_name: AgentName) -> TaskResult:
         """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task."""
-        return await _fleet(ctx).cancel_task(agent_name)
+        return await _turns(ctx).cancel(agent_name)
+
+    @tool(title="Answer agent", annotations=WRITE)
+    async def answer_agent(
+        ctx: Context, agent_name: AgentName,
+        decision: Annotated[str, Field(description="allow or deny the pending permission; on AgentAPI agents "
+                                                   "also the number of a choice on the agent's screen")],
+        message: Annotated[str, Field(description="Optional words to Claude with the answer (why, what "
+                                                  "instead)")] = "",
+    ) -> AnswerResult:
+        """Answer what an agent in `needs_input` waits on (a permission to use a tool, or a choice), then report
+        its new status. Refused with `bad_request` when it waits on nothing."""
+        return await _turns(ctx).answer(agent_name, decision, message)
+
+    @tool(title="Get agent result", annotations=READ)
+    async def get_agent_result(ctx: Context, agent_name: AgentName) -> TurnOutcome:
+        """The agent's last finished turn, compact: final text (cut at 4,000 characters), succeeded/failed/
+        interrupted, pull-request link, and on runner agents turns, duration and cost (this turn and in total).
+        Read show_agent_log for everything."""
+        return await _turns(ctx).result(agent_name)
+
+    @tool(title="Wait for agents", annotations=WAIT)
+    async def wait_for_agents(
+        ctx: Context,
+        agent_names: Annotated[list[str], Field(description="The agents to wait on (1-100 names)")],
+        until: Annotated[Condition | list[Condition], Field(
+            description="What to wait for: idle (turn over), needs_input, stopped, failed, or a list of these")
+        ] = "idle",
+        mode: Annotated[Literal["all", "any"], Field(description="all: every agent; any: the first one")] = "all",
+        timeout_s: Annotated[float, Field(description="Give up after this many seconds (at most 1800)")] = 120,
+    ) -> WaitResult:
+        """Block until all (or any) of the named agents reach a condition, or the timeout passes; instead of
+        polling list_agents. Sends progress while it waits. Answers each agent's status, which met the
+        condition, and `timed_out`. Tip: until=["idle", "needs_input"] also ends when an agent asks for
+        permission."""
+
+        async def progress(done: float, total: float, message: str) -> None:
+            await ctx.report_progress(done, total, message)
+
+        conditions = [until] if isinstance(until, str) else list(until)
+        return await _waits(ctx).wait(agent_names, conditions, mode, timeout_s, progress)
+
+    @tool(title="Show agents", annotations=READ)
+    async def show_agents(
+        ctx: Context, agent_names: Annotated[list[str], Field(description="The agents to show (1-50 names)")],
+    ) -> AgentGlances:
+        """Many agents at a glance: each one's status, current task and a preview of its newest output (300
+        characters). An unknown name is an entry with an error, not a failed call."""
+        return await _waits(ctx).glance(agent_names)
 
     @tool(title="List agent roles", annotations=READ)
     async def list_agent_roles(

@@ -200,10 +200,11 @@ class CoderClient:
         """One workspace by ID; a deleted one raises `Gone`."""
         return await self._request("GET", f"/api/v2/workspaces/{_seg(workspace_id)}", Workspace)
 
-    async def workspace_by_name(self, user: str, name: str) -> Workspace:
-        """One workspace by owner and exact name; missing or deleted raises `NotFound`."""
+    async def workspace_by_name(self, user: str, name: str, *, include_deleted: bool = False) -> Workspace:
+        """One workspace by owner and name (case-insensitive); missing (or deleted, unless asked) is `NotFound`."""
         path = f"/api/v2/users/{_seg(user)}/workspace/{_seg(name)}"
-        return await self._request("GET", path, Workspace)
+        params = {"include_deleted": "true"} if include_deleted else None
+        return await self._request("GET", path, Workspace, params=params)
 
     # --- builds ---------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from conformance import Conformance
 from fastmcp import Client
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from support import TOKEN, CheckedTransport, fleet_settings
+from support import TOKEN, TOOLS, CheckedTransport, fleet_settings
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
@@ -75,7 +75,7 @@ class Rig:
         self.client = ready.result(timeout=30)
         tools = self._run(self.client.list_tools())
         self.schemas = {t.name: t.output_schema for t in tools}
-        assert len(self.schemas) == 10
+        assert len(self.schemas) == len(TOOLS)
         return self
 
     async def _serve(self, ready: concurrent.futures.Future) -> None:

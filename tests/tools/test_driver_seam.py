@@ -13,7 +13,7 @@ DRIVERS = PACKAGE / "drivers"
 # Words only a module that speaks AgentAPI needs: its states, keystrokes, routes and events.
 AGENTAPI_WORDS = re.compile(r'"stable"|"raw"|"acp"|\\x1b|/events|"agent_error"|/messages|MessagesPage')
 # The runner's routes, as a client of it would name them.
-RUNNER_WORDS = re.compile(r'"interrupt"|"answer"|"results"|FLEET_RUNNER_')
+RUNNER_WORDS = re.compile(r'FLEET_RUNNER_|"if_busy":|"decision":|"nothing_pending"')
 
 
 def fleet_modules() -> list[Path]:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from fleet_mcp.coder.schemas import Workspace
+from fleet_mcp.coder.schemas import Workspace, WorkspaceAppStatus
 from fleet_mcp.drivers import Live, Slugs
-from fleet_mcp.status import Snapshot, base_status, fresh_app_status, list_status, live_status
+from fleet_mcp.status import Snapshot, base_status, fresh_app_status, list_status, live_status, turn_status
 
 SLUGS = Slugs(runner="fleet", agentapi="ccw")
 BUILT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -57,7 +57,8 @@ HEALTHY: dict[str, Any] = {}
     (workspace(agent=READY_AGENT, app=HEALTHY), ("ready", None)),
 ])
 def test_base_status(ws: Workspace, expected: tuple[str, str | None]) -> None:
-    status, problem = base_status(ws, SLUGS)
+    found = base_status(ws, SLUGS)
+    status, problem = found.value, found.problem
     assert status == expected[0]
     if expected[1] is None:
         assert problem is None
@@ -86,7 +87,7 @@ def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fr
     (app_status("working", -5), "idle"),  # stale: from the previous run
 ])
 def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> None:
-    assert list_status(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS) == expected
+    assert list_status(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS).value == expected
 
 
 @pytest.mark.parametrize(("live", "unreachable", "expected"), [
@@ -96,7 +97,45 @@ def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> N
 ])
 def test_live_status_asks_the_driver_only_when_ready(live: Live | None, unreachable: str | None,
                                                      expected: tuple[str, str | None]) -> None:
-    status, problem = live_status(Snapshot(workspace(agent=READY_AGENT, app=HEALTHY), {}, live, unreachable), SLUGS)
-    assert status == expected[0] and (problem or "").startswith(expected[1] or "")
+    found = live_status(Snapshot(workspace(agent=READY_AGENT, app=HEALTHY), {}, live, unreachable), SLUGS)
+    assert found.value == expected[0] and (found.problem or "").startswith(expected[1] or "")
+    assert found.source == ("driver" if live else "workspace agent")
     stopped = Snapshot(workspace("stopped", "stop"), {}, Live("working"), None)
-    assert live_status(stopped, SLUGS) == ("stopped", None)  # the build wins over a stale live answer
+    assert live_status(stopped, SLUGS).value == "stopped"  # the build wins over a stale live answer
+
+
+def reports(*states: str) -> list[WorkspaceAppStatus]:
+    """App statuses newest first, from `state:message` words given oldest first."""
+    out = []
+    for i, word in enumerate(states):
+        state, _, message = word.partition(":")
+        out.append(WorkspaceAppStatus(state=state, message=message or state,
+                                      created_at=BUILT + timedelta(seconds=i + 1)))
+    return out[::-1]
+
+
+@pytest.mark.parametrize(("history", "runner", "value", "last_turn"), [
+    ((), False, "idle", None),
+    (("working",), False, "busy", None),
+    (("working", "complete"), False, "busy", None),  # winding down until idle
+    (("working", "complete", "idle"), False, "idle", "succeeded"),
+    (("working", "failure:tests fail", "idle"), False, "idle", "failed"),
+    (("working:Waiting for permission", "idle:Waiting for permission"), False, "needs_input", None),
+    (("working:Reading the code", "idle:Reading the code"), False, "idle", "interrupted"),
+    (("working", "idle:Needs input: Bash ls"), True, "needs_input", None),
+    (("working:Waiting for permission", "idle"), True, "idle", "interrupted"),  # the runner says so itself
+    (("working", "complete", "idle", "working", "idle"), False, "idle", "interrupted"),
+])
+def test_turn_status_reads_how_the_turn_ended(history: tuple[str, ...], runner: bool, value: str,
+                                              last_turn: str | None) -> None:
+    status = turn_status(reports(*history), runner)
+    assert (status.value, status.last_turn) == (value, last_turn)
+    assert status.source == "app status"
+    if last_turn == "failed":
+        assert status.last_turn_error == "tests fail"
+
+
+def test_a_workspace_being_deleted_is_deleting() -> None:
+    for build in ("pending", "running", "deleting"):
+        assert base_status(workspace(build, "delete"), SLUGS).value == "deleting"
+    assert base_status(workspace("deleted", "delete"), SLUGS).value == "deleted"

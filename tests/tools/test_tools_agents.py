@@ -80,12 +80,19 @@ async def test_delete_is_deleting_then_idempotent_then_gone(tools, emulator, cod
     ws_id = (await coder.get("/api/v2/users/me/workspace/bye")).json()["id"]
     deleted = await tools("delete_agent", agent_name="bye")
     assert deleted["deleted_agent"] == {"name": "bye", "workspace_id": ws_id}
-    assert (await tools("show_agent", agent_name="bye"))["agent"]["status"] == "pending"
+    # Coder says `pending` while the delete build queues; the fleet says what is happening (issue 13).
+    assert (await tools("show_agent", agent_name="bye"))["agent"]["status"] == "deleting"
+    assert [a["status"] for a in (await tools("list_agents"))["agents"]] == ["deleting"]
     emulator.advance(0.5)
     assert (await tools("show_agent", agent_name="bye"))["agent"]["status"] == "deleting"
-    assert (await tools("delete_agent", agent_name="bye"))["deleted_agent"]["workspace_id"] == ws_id
+    again = await tools("delete_agent", agent_name="bye")
+    assert again["deleted_agent"]["workspace_id"] == ws_id and again["already_deleted"] is True
     emulator.advance(30)
-    assert (await tools.error("delete_agent", agent_name="bye"))["error"] == "not_found"
+    # Idempotent as annotated (issue 16): deleting what is gone says so, and a name never used stays not found.
+    gone = await tools("delete_agent", agent_name="bye")
+    assert gone["already_deleted"] is True and "already deleted" in gone["message"]
+    assert (await tools.error("delete_agent", agent_name="never-was"))["error"] == "not_found"
+    assert (await tools.error("show_agent", agent_name="bye"))["error"] == "not_found"
     assert (await coder.get(f"/api/v2/workspaces/{ws_id}")).status_code == 410
 
 

@@ -1,4 +1,4 @@
-"""A snapshot of every tool's name, schemas and annotations: a schema change is deliberate.
+"""One snapshot per tool (name, schemas, annotations): a schema change is deliberate and shows as one file's diff.
 
 After an intended change: `FLEET_MCP_UPDATE_SNAPSHOTS=1 python -m pytest tests/tools/test_tools_schema.py`.
 """
@@ -9,7 +9,9 @@ import json
 import os
 from pathlib import Path
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "tools.json"
+from support import TOOLS
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
 async def listed(tools) -> list[dict]:
@@ -21,11 +23,17 @@ async def listed(tools) -> list[dict]:
     ]
 
 
-async def test_tools_list_matches_the_snapshot(tools):
-    current = await listed(tools)
+async def test_each_tool_matches_its_snapshot(tools):
+    current = {t["name"]: t for t in await listed(tools)}
     if os.environ.get("FLEET_MCP_UPDATE_SNAPSHOTS"):
-        SNAPSHOT.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-    assert current == json.loads(SNAPSHOT.read_text()), "tool schemas changed: update the snapshot deliberately"
+        for old in SNAPSHOTS.glob("*.json"):
+            old.unlink()
+        for name, tool in current.items():
+            (SNAPSHOTS / f"{name}.json").write_text(json.dumps(tool, indent=2, sort_keys=True) + "\n")
+    saved = {p.stem: json.loads(p.read_text()) for p in SNAPSHOTS.glob("*.json")}
+    assert set(saved) == set(current), "tools added or removed: update the snapshots deliberately"
+    for name, tool in current.items():
+        assert tool == saved[name], f"{name}'s schema changed: update its snapshot deliberately"
 
 
 async def test_every_tool_declares_its_hints(tools):
@@ -33,7 +41,4 @@ async def test_every_tool_declares_its_hints(tools):
         hints = tool["annotations"]
         assert {"readOnlyHint", "destructiveHint", "idempotentHint"} <= set(hints), tool["name"]
         assert tool["title"] and tool["description"] and tool["outputSchema"]
-    names = {t["name"] for t in await listed(tools)}
-    assert names == {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "delete_agent",
-                     "start_agent_task", "cancel_agent_task", "list_agent_roles", "list_agent_projects",
-                     "show_agent_log"}
+    assert {t["name"] for t in await listed(tools)} == TOOLS

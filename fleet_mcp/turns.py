@@ -1,0 +1,125 @@
+"""Turns of an agent's conversation: give a task, interrupt, answer what it waits on, read the result."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from .drivers import Busy, DriverError, NothingPending, NotSupported, TurnResult, Unreachable
+from .errors import bad_request, conflict
+from .fleet import Fleet
+from .models import AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
+from .polling import poll_until
+from .rules import PR_LINK, TASK, check_text, iso
+from .status import Snapshot, live_status
+
+__all__ = ["RESULT_CHARS", "Turns"]
+
+RESULT_CHARS = 4_000
+
+
+class Turns:
+    """What an orchestrator does with an agent's conversation."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    async def start(self, name: str, description: str, if_busy: str = "reject") -> TaskResult:
+        check_text("task_description", description)
+        _, driver, live = await self.fleet.ready(name)
+        if live.state in ("working", "needs_input") and if_busy == "reject":
+            raise conflict(f"Agent {name!r} already has a running task. Wait for it (wait_for_agents), or send "
+                           "with if_busy='queue' or 'interrupt'.", status="busy")
+        try:
+            queued = await driver.send(description, if_busy)  # type: ignore[arg-type]
+        except Busy:
+            raise conflict(f"Agent {name!r} already has a running task.", status="busy") from None
+        except Unreachable as exc:
+            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
+        except NotSupported as exc:
+            raise bad_request(f"Agent {name!r}: {exc}", if_busy=if_busy) from None
+        task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
+                    created_at=_now())
+        said = "queued; it starts when the current turn ends" if queued else "sent"
+        return TaskResult(task=task, agent_status="busy", message=f"Task {said} to agent {name!r}.")
+
+    async def cancel(self, name: str) -> TaskResult:
+        ws, driver, live = await self.fleet.ready(name)
+        if live.state not in ("working", "needs_input") and live.can_interrupt:
+            raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
+        try:
+            await driver.interrupt()
+        except Unreachable as exc:
+            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
+        except NotSupported as exc:
+            raise bad_request(f"Agent {name!r} cannot be interrupted: {exc}", driver=driver.kind) from None
+        except DriverError:  # the turn ended between our look and the interrupt
+            pass
+
+        async def stopped() -> bool | None:
+            return True if (await driver.live()).state not in ("working", "needs_input") else None
+
+        settings = self.fleet.settings
+        settled = await poll_until(stopped, timeout_s=settings.cancel_wait_s, interval_s=settings.poll_interval_s)
+        statuses = await self.fleet.statuses(await self.fleet.client.workspace(ws.id))
+        last = statuses[0] if statuses else None
+        task = Task(message=(last.message if last and last.message else "Task") + " - canceled",
+                    uri=last.uri if last else "", state="idle", needs_user_attention=False, created_at=_now())
+        message = "Task canceled." if settled else "Interrupt sent; the agent has not stopped yet."
+        return TaskResult(task=task, agent_status="idle" if settled else "busy", message=message)
+
+    async def answer(self, name: str, decision: str, message: str = "") -> AnswerResult:
+        if decision not in ("allow", "deny") and not (decision.isdigit() and len(decision) <= 2):
+            raise bad_request("decision must be 'allow', 'deny', or the number of a choice on the agent's screen.",
+                              field="decision")
+        snap, _ = await self.fleet.snapshot(name)
+        status = live_status(snap, self.fleet.slugs)
+        driver = self.fleet.driver(snap.workspace)
+        if driver is None or status.value != "needs_input":
+            raise bad_request(f"Agent {name!r} is {status.value}: it waits on no answer.", status=status.value)
+        if driver.kind == "runner" and decision.isdigit():
+            raise bad_request("This agent runs on the runner: answer 'allow' or 'deny'.", field="decision")
+        try:
+            await driver.answer(decision, message)
+        except NothingPending:
+            raise bad_request(f"Agent {name!r} waits on no answer any more.") from None
+        except Unreachable as exc:
+            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
+        after = live_status(Snapshot(snap.workspace, snap.params, *(await self.fleet.live(driver))), self.fleet.slugs)
+        return AnswerResult(agent_name=name, decision=decision, agent_status=after.value,  # type: ignore[arg-type]
+                            message=f"Answered {decision!r}; the agent is {after.value}.")
+
+    async def result(self, name: str) -> TurnOutcome:
+        snap, messages = await self.fleet.snapshot(name, conversation=True)
+        driver = self.fleet.driver(snap.workspace)
+        if driver is None or snap.live is None:
+            raise self.fleet.not_ready(snap, "so its result cannot be read")
+        if driver.kind == "runner":
+            results = await driver.results()
+            if not results:
+                raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
+                    snap, self.fleet.slugs).value)
+            return _outcome(name, results[-1], sum(r.cost_usd or 0.0 for r in results), "runner")
+        statuses = await self.fleet.statuses(snap.workspace)
+        ended = next((s for s in statuses if s.state in ("complete", "failure")), None)
+        if ended is None:
+            raise bad_request(f"Agent {name!r} has not finished a turn yet.")
+        said = [m for m in messages or [] if m.role not in ("user",)]
+        asked = [m for m in messages or [] if m.role == "user"]
+        pr = ended.uri if ended.uri and PR_LINK.match(ended.uri) else None
+        turn = TurnResult(task=asked[-1].content if asked else snap.params.get(TASK, ""),
+                          text=said[-1].content if said else ended.message, is_error=ended.state == "failure",
+                          finished_at=ended.created_at, pull_request_url=pr)
+        return _outcome(name, turn, None, "agentapi")
+
+
+def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> TurnOutcome:
+    pr = turn.pull_request_url or (m.group(0) if (m := PR_LINK.search(turn.text)) else None)
+    outcome: LastTurn = "interrupted" if turn.interrupted else "failed" if turn.is_error else "succeeded"
+    return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, text=turn.text[:RESULT_CHARS],
+                       truncated=len(turn.text) > RESULT_CHARS, pull_request_url=pr, num_turns=turn.num_turns,
+                       duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
+                       finished_at=iso(turn.finished_at), driver=driver)  # type: ignore[arg-type]
+
+
+def _now() -> str:
+    return iso(datetime.now(UTC)) or ""

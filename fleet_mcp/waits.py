@@ -1,0 +1,166 @@
+"""Watching many agents at once: wait on a group without polling from the orchestrator, and glance at many.
+
+A wait reads the fleet with one workspace listing per poll interval, whatever
+the group's size, and every wait of the server shares that listing: ten
+orchestrator calls waiting cost what one does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from .coder.schemas import Workspace, WorkspacesPage
+from .drivers import Message
+from .errors import bad_request, not_found
+from .fleet import Fleet, quietly
+from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
+from .rules import FLEET_QUERY, NAME_RE, iso
+from .status import Snapshot, Status, fresh_app_status, list_status, live_status
+
+__all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
+
+CONDITIONS = ("idle", "needs_input", "stopped", "failed")
+MAX_WAIT_S = 1_800.0
+MAX_GLANCES = 50
+PREVIEW_CHARS = 300
+Progress = Callable[[float, float, str], Awaitable[None]]
+
+
+class Listing:
+    """The fleet's workspace listing, fetched at most once per `max_age` however many callers ask."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[WorkspacesPage]]) -> None:
+        self._fetch = fetch
+        self._page: WorkspacesPage | None = None
+        self._at = float("-inf")
+        self._inflight: asyncio.Future[WorkspacesPage] | None = None
+
+    async def get(self, max_age: float) -> WorkspacesPage:
+        loop = asyncio.get_running_loop()
+        if self._page is not None and loop.time() - self._at < max_age:
+            return self._page
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._refresh())
+        # Shielded: one caller going away (a cancelled wait) must not cancel the others' listing.
+        return await asyncio.shield(self._inflight)
+
+    async def _refresh(self) -> WorkspacesPage:
+        try:
+            page = await self._fetch()
+            self._page, self._at = page, asyncio.get_running_loop().time()
+            return page
+        finally:
+            self._inflight = None
+
+
+def _met(status: Status, until: set[str]) -> bool:
+    return status.value in until or ("failed" in until and status.last_turn == "failed" and status.value == "idle")
+
+
+class Waits:
+    """wait_for_agents and show_agents."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.listing = Listing(lambda: fleet.client.workspaces(FLEET_QUERY))
+
+    async def wait(self, names: list[str], until: Sequence[str], mode: str, timeout_s: float,
+                   progress: Progress) -> WaitResult:
+        names = _names(names)
+        if not until or any(u not in CONDITIONS for u in until):
+            raise bad_request(f"until must name one or more of {', '.join(CONDITIONS)}.", field="until")
+        if not 0 <= timeout_s <= MAX_WAIT_S:
+            raise bad_request(f"timeout_s must be between 0 and {MAX_WAIT_S:.0f}.", field="timeout_s")
+        settings = self.fleet.settings
+        interval = settings.wait_poll_interval_s
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        page = await self.listing.get(max_age=interval)
+        known = {ws.name.lower(): ws for ws in page.workspaces}
+        missing = [n for n in names if n.lower() not in known]
+        if missing:
+            raise not_found(f"No agent named {missing[0]!r}.", agent_names=missing)
+        wanted, last_said = set(until), float("-inf")
+        while True:
+            by_name = {ws.name.lower(): ws for ws in page.workspaces}
+            agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
+            met = [a.name for a in agents if a.met]
+            gone = [a.name for a in agents if a.status == "deleted"]
+            done = bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
+            waited = loop.time() - started
+            if done or waited >= timeout_s:
+                return self._answer(agents, met, not done, waited, until, mode)
+            if loop.time() - last_said >= settings.progress_interval_s:
+                last_said = loop.time()
+                await progress(waited, timeout_s, f"{len(met)} of {len(agents)} agents reached "
+                               f"{'/'.join(until)}; waiting")
+            await asyncio.sleep(min(interval, max(0.0, timeout_s - waited)))
+            page = await self.listing.get(max_age=interval)
+
+    def _waited(self, name: str, ws: Workspace | None, until: set[str]) -> WaitedAgent:
+        if ws is None:
+            return WaitedAgent(name=name, status="deleted", met=False)
+        status = list_status(ws, self.fleet.slugs)
+        return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,  # type: ignore[arg-type]
+                           status_since=iso(status.since), last_turn=status.last_turn,  # type: ignore[arg-type]
+                           last_turn_error=status.last_turn_error)
+
+    @staticmethod
+    def _answer(agents: list[WaitedAgent], met: list[str], timed_out: bool, waited: float, until: Sequence[str],
+                mode: str) -> WaitResult:
+        condition = "/".join(until)
+        if timed_out:
+            message = f"Timed out after {waited:.0f} s: {len(met)} of {len(agents)} reached {condition}."
+        elif mode == "any" or len(met) == len(agents):
+            message = f"{len(met)} of {len(agents)} reached {condition}."
+        else:
+            message = f"{len(met)} of {len(agents)} reached {condition}; the others are gone."
+        return WaitResult(agents=agents, met=met, timed_out=timed_out, waited_s=round(waited, 2), message=message)
+
+    async def glance(self, names: list[str]) -> AgentGlances:
+        names = _names(names, most=MAX_GLANCES)
+        page = await self.listing.get(max_age=0)  # fresh: a glance is a read of now
+        by_name = {ws.name.lower(): ws for ws in page.workspaces}
+        return AgentGlances(agents=list(await asyncio.gather(*(self._glance(n, by_name.get(n.lower()))
+                                                                for n in names))))
+
+    async def _glance(self, name: str, ws: Workspace | None) -> AgentGlance:
+        if ws is None:
+            error = not_found(f"No agent named {name!r}.", agent_name=name)
+            return AgentGlance(name=name, error={"error": error.error, "message": error.message,
+                                                 "details": error.details})
+        fresh = fresh_app_status(ws)
+        task = fresh.message if fresh and fresh.message else None
+        driver = self.fleet.driver(ws)
+        if driver is None:
+            status = list_status(ws, self.fleet.slugs)
+            return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
+                               current_task=task, problem=status.problem)
+        (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver), quietly(driver.conversation()))
+        status = live_status(Snapshot(ws, {}, live, unreachable), self.fleet.slugs)
+        asked = [m.content for m in messages or [] if m.role == "user"]
+        return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
+                           current_task=(asked[-1] if asked and live else task), problem=status.problem,
+                           latest_output=_preview(messages))
+
+
+def _preview(messages: list[Message] | None) -> str | None:
+    said = [m.content.strip() for m in messages or [] if m.role not in ("user",) and m.content.strip()]
+    if not said:
+        return None
+    text = said[-1]
+    return text if len(text) <= PREVIEW_CHARS else "…" + text[-(PREVIEW_CHARS - 1):]
+
+
+def _names(names: list[str], most: int = 100) -> list[str]:
+    if not names:
+        raise bad_request("Name at least one agent.", field="agent_names")
+    if len(names) > most:
+        raise bad_request(f"At most {most} agents at once.", field="agent_names")
+    unique = list(dict.fromkeys(names))
+    bad = [n for n in unique if not NAME_RE.match(n) or len(n) > 32]
+    if bad:
+        raise not_found(f"No agent named {bad[0][:40]!r}.", agent_names=[b[:40] for b in bad])
+    return unique
+
