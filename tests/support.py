@@ -52,7 +52,7 @@ def fleet_settings(**overrides):
 
     values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
               "poll_interval_s": 0.01, "cancel_wait_s": 2.0, "delete_wait_s": 2.0,
-              "agent_error_wait_s": 0.2, **overrides}
+              "agent_error_wait_s": 0.2, "wait_poll_interval_s": 0.01, "progress_interval_s": 0.05, **overrides}
     return Settings(**values)
 
 
@@ -62,8 +62,8 @@ class Tools:
     def __init__(self, client) -> None:
         self.client = client
 
-    async def __call__(self, tool: str, **arguments):
-        result = await self.client.call_tool(tool, arguments, raise_on_error=False)
+    async def __call__(self, tool: str, progress=None, **arguments):
+        result = await self.client.call_tool(tool, arguments, raise_on_error=False, progress_handler=progress)
         if result.is_error:
             return json.loads(result.content[0].text)
         return result.structured_content

@@ -89,7 +89,10 @@ class ClaudeCode:
             s.keys += content.removeprefix("\x1b[200~").removesuffix("\x1b[201~")
             return
         for ch in content:
-            if ch in "\x1b\x03":
+            if ch == "\x1b" and s.turn and s.turn.waiting:  # Claude Code: ESC at a permission prompt says no
+                s.keys = ""
+                self._answer(ws, s, s.turn, "2")
+            elif ch in "\x1b\x03":
                 s.keys = ""
                 self._interrupt(ws, s)
             elif ch in "\r\n":

@@ -173,15 +173,68 @@ async def test_cancel_agent_task(fleet, project):
 
 @contract
 async def test_delete_agent(fleet, project):
-    """Delete answers at once; once the workspace is gone, the agent is `not_found`."""
+    """Delete answers at once; once the workspace is gone, the agent is `not_found` but a second delete succeeds."""
     created = (await fleet("create_agent", name="ct-delete", project=project, spec=QUICK))["agent"]
     await fleet.listed("ct-delete", lambda entry: entry["status"] in ("busy", "idle"))
     deleted = await fleet("delete_agent", agent_name="ct-delete")
     assert deleted["deleted_agent"] == {"name": "ct-delete", "workspace_id": created["workspace_id"]}
     assert "ct-delete" in deleted["message"]
     await fleet.until(lambda answer: answer.get("error") == "not_found", "show_agent", agent_name="ct-delete")
-    gone = await fleet.error("delete_agent", agent_name="ct-delete")
-    assert gone["error"] == "not_found"
+    gone = await fleet("delete_agent", agent_name="ct-delete")  # idempotent, as annotated
+    assert gone["already_deleted"] is True and "already deleted" in gone["message"]
+    never = await fleet.error("delete_agent", agent_name="ct-never")
+    assert never["error"] == "not_found"
+
+
+@contract
+async def test_wait_for_agents(fleet, project):
+    """A wait on a group ends when every agent's turn is over; an unknown name is `not_found` at once."""
+    await fleet("create_agent", name="ct-wait", project=project, spec=QUICK)
+    await fleet.listed("ct-wait", lambda a: a["status"] in ("busy", "idle"))
+    waited = await fleet("wait_for_agents", agent_names=["ct-wait"], until="idle", timeout_s=600)
+    assert waited["met"] == ["ct-wait"] and waited["timed_out"] is False
+    assert waited["agents"][0]["status"] == "idle"
+    missing = await fleet.error("wait_for_agents", agent_names=["ct-wait", "ct-nobody"])
+    assert missing["error"] == "not_found" and missing["details"]["agent_names"] == ["ct-nobody"]
+    await fleet("delete_agent", agent_name="ct-wait")
+
+
+@contract
+async def test_show_agents(fleet, project):
+    """Many at a glance: status, task and newest output each; an unknown name is an entry with an error."""
+    await fleet("create_agent", name="ct-glance", project=project, spec=QUICK)
+    await fleet.finished("ct-glance")
+    glances = {g["name"]: g for g in (await fleet("show_agents", agent_names=["ct-glance", "ct-nobody"]))["agents"]}
+    assert glances["ct-glance"]["status"] == "idle" and glances["ct-glance"]["latest_output"]
+    assert glances["ct-nobody"]["error"]["error"] == "not_found"
+    await fleet("delete_agent", agent_name="ct-glance")
+
+
+@contract
+async def test_answer_agent(fleet, project):
+    """A permission prompt is `needs_input`; allowing it lets the turn finish; then nothing waits."""
+    await fleet("create_agent", name="ct-answer", project=project,
+                spec="Run the shell command `touch ct-answer.txt`. [[permission]] [[finish:1]]")
+    await fleet.listed("ct-answer", lambda a: a["status"] == "needs_input")
+    answered = await fleet("answer_agent", agent_name="ct-answer", decision="allow")
+    assert answered["decision"] == "allow" and answered["agent_status"] in ("busy", "idle")
+    await fleet.finished("ct-answer")
+    nothing = await fleet.error("answer_agent", agent_name="ct-answer", decision="allow")
+    assert nothing["error"] == "bad_request"
+    await fleet("delete_agent", agent_name="ct-answer")
+
+
+@contract
+async def test_get_agent_result(fleet, project):
+    """The last finished turn, compact: outcome, text, the task that produced it."""
+    await fleet("create_agent", name="ct-result", project=project, spec=QUICK)
+    await fleet.finished("ct-result")
+    result = await fleet("get_agent_result", agent_name="ct-result")
+    assert result["outcome"] == "succeeded" and result["text"] and result["truncated"] is False
+    assert result["agent_name"] == "ct-result"
+    missing = await fleet.error("get_agent_result", agent_name="ct-nobody")
+    assert missing["error"] == "not_found"
+    await fleet("delete_agent", agent_name="ct-result")
 
 
 # --- the cassettes themselves ----------------------------------------------------------------
