@@ -79,10 +79,11 @@ class Reply:
     hang: bool = False
 
 
-def _text_of(content) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+def _typed(content) -> list[str]:
+    """The message's texts that are not reminders Claude Code adds."""
+    texts = [content] if isinstance(content, str) else [
+        b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+    return [t for t in texts if isinstance(t, str) and not t.lstrip().startswith("<system-reminder>")]
 
 
 def _is_prompt(message: dict) -> bool:
@@ -90,13 +91,9 @@ def _is_prompt(message: dict) -> bool:
     content = message.get("content")
     if message.get("role") != "user":
         return False
-    if isinstance(content, str):
-        return not content.lstrip().startswith("<system-reminder>")
-    blocks = [b for b in content or [] if isinstance(b, dict)]
-    if any(b.get("type") == "tool_result" for b in blocks):
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
         return False
-    return any(b.get("type") == "text" and not b.get("text", "").lstrip().startswith("<system-reminder>")
-               for b in blocks)
+    return bool(_typed(content))
 
 
 def _tool_results_since(messages: list[dict]) -> tuple[str, list[dict]]:
@@ -105,7 +102,8 @@ def _tool_results_since(messages: list[dict]) -> tuple[str, list[dict]]:
         if _is_prompt(messages[i]):
             results = [b for m in messages[i + 1:] if m.get("role") == "user" and isinstance(m.get("content"), list)
                        for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
-            return _text_of(messages[i]["content"]), results
+            # Claude Code merges consecutive user messages (after a failed or interrupted turn): the last text rules.
+            return _typed(messages[i]["content"])[-1], results
     return "", []
 
 
