@@ -128,6 +128,7 @@ class Conversation:
         if self.pending is None or self.pending.answer.done():
             raise Conflict("nothing_pending", "no permission is waiting for an answer")
         self.pending.answer.set_result((allow, message))
+        self.pending = None
         self._set_state("working")
 
     # --- the SDK session --------------------------------------------------------------------------------------
