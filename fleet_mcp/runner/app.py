@@ -150,9 +150,11 @@ def build_app(conversation: Conversation) -> Starlette:
         try:
             yield
         finally:
-            session.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await session
+            await c.close()
+            try:
+                await asyncio.wait_for(session, 30)  # the SDK bounds its own shutdown (~20 s at worst)
+            except Exception as exc:  # noqa: BLE001 - stopping anyway; say why it was not clean
+                log.warning("Claude Code did not stop cleanly: %s", type(exc).__name__)
             await c.reporter.stop()
 
     return Starlette(routes=[

@@ -81,6 +81,8 @@ class Conversation:
         self._interrupted = False
         self._turn_over = asyncio.Event()
         self._retry = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._stopping = False
         self._tasks: set[asyncio.Task] = set()
 
     # --- what the HTTP layer reads and does --------------------------------------------------------------------
@@ -134,10 +136,10 @@ class Conversation:
     # --- the SDK session --------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Keeps Claude Code connected until cancelled; on a failure, waits in `error` for a new message."""
+        """Keeps Claude Code connected until `close()`; on a failure, waits in `error` for a new message."""
         from claude_agent_sdk import ClaudeSDKClient
 
-        while True:
+        while not self._closing.is_set():
             self._retry.clear()
             try:
                 async with ClaudeSDKClient(self._options()) as client:
@@ -149,11 +151,11 @@ class Conversation:
                         self.saved.spec_sent = True  # once: never again, even if this turn dies
                         self.saved.queue.insert(0, spec)
                     self._next()
-                    async for message in client.receive_messages():
-                        self._on_message(message)
+                    # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
+                    reader = asyncio.create_task(self._read(client))
+                    if await self._until_closing(reader):
+                        return
                 raise ConnectionError("Claude Code exited")
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # noqa: BLE001 - any SDK or CLI failure: report it, wait for a retry
                 self._client = None
                 self._drop_pending()
@@ -161,8 +163,37 @@ class Conversation:
                 log.warning("Claude Code session failed: %s", self.error)
                 self._set_state("error")
                 self._turn_over.set()
-                await self._retry.wait()
+                await self._until_closing(asyncio.create_task(self._retry.wait()))
                 self._set_state("starting")
+            finally:
+                self._client = None
+
+    async def close(self) -> None:
+        """Interrupts a running turn (so Claude Code can exit at once), then ends `run()`."""
+        self._stopping = True
+        if self.state in RUNNING and self._client is not None:
+            with contextlib.suppress(Conflict):
+                await self.interrupt()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._turn_over.wait(), 3)
+        self._closing.set()
+
+    async def _read(self, client: Any) -> None:
+        async for message in client.receive_messages():
+            self._on_message(message)
+
+    async def _until_closing(self, task: asyncio.Task) -> bool:
+        """Waits for `task` or `close()`; True (and `task` cancelled) when closing came first."""
+        closing = asyncio.create_task(self._closing.wait())
+        await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
+        closing.cancel()
+        if task.done():
+            task.result()
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return True
 
     def _options(self) -> Any:
         from claude_agent_sdk import ClaudeAgentOptions
@@ -200,7 +231,7 @@ class Conversation:
                                 finished_at=now_iso(), pull_request_url=None, interrupted=False))
 
     def _next(self) -> None:
-        if self.state == "idle" and self.saved.queue and self._client is not None:
+        if self.state == "idle" and self.saved.queue and self._client is not None and not self._stopping:
             self._begin(self.saved.queue.pop(0))
 
     def _on_message(self, message: Any) -> None:
