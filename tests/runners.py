@@ -19,10 +19,10 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from processes import clean_env
 
 from fleet_mcp.emulator.anthropic import messages_app
 from fleet_mcp.emulator.app import running
-from processes import clean_env
 
 __all__ = ["HAS_SDK", "WAIT_S", "RunningRunner", "ScriptedAPI", "needs_sdk", "runner_env", "runner_process",
            "scripted_api", "served"]

@@ -99,13 +99,13 @@ class Conversation:
         if self.state == "idle" and not self.saved.queue:
             self._begin(content)
             return False
-        if if_busy == "reject":
-            raise Conflict("busy", f"the agent is {self.state}; send with if_busy=queue or if_busy=interrupt")
-        if if_busy == "queue" or self.state not in RUNNING:
+        if if_busy == "queue" or self.state not in RUNNING:  # starting or error: delivered once connected
             self.saved.queue.append(content)
             self._save()
             self._retry.set()  # from the error state, a new message is the cue to reconnect
             return True
+        if if_busy == "reject":
+            raise Conflict("busy", f"the agent is {self.state}; send with if_busy=queue or if_busy=interrupt")
         self.saved.queue.insert(0, content)  # interrupt: this message goes next
         self._save()
         await self.interrupt()

@@ -79,8 +79,17 @@ class Store:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return Saved()
+        except ValueError:
+            raise ValueError(f"{self.path}: not a fleet runner state file (not JSON)") from None
         if not isinstance(raw, dict) or raw.get("version") != VERSION:
             raise ValueError(f"{self.path}: not a fleet runner state file (version {VERSION})")
+        try:
+            return self._parse(raw)
+        except (TypeError, ValueError, AttributeError):
+            raise ValueError(f"{self.path}: a fleet runner state file with unreadable fields") from None
+
+    @staticmethod
+    def _parse(raw: dict) -> Saved:
         return Saved(
             session_id=raw.get("session_id"), model=raw.get("model"), spec_sent=bool(raw.get("spec_sent")),
             session_cost_usd=float(raw.get("session_cost_usd") or 0.0), cost_usd=float(raw.get("cost_usd") or 0.0),

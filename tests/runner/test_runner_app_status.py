@@ -8,10 +8,10 @@ import time
 
 import httpx
 import pytest
-
-from fleet_mcp.emulator import Emulator
 from runners import WAIT_S, needs_sdk, runner_process, served
 from support import TOKEN
+
+from fleet_mcp.emulator import Emulator
 
 pytestmark = needs_sdk
 WORKSPACE, SLUG = "dev-box", "code-server"  # a seeded workspace whose app no scripted AgentAPI reports for
