@@ -3,19 +3,19 @@
 `Conversation.run()` keeps a client connected (resuming the saved session), turns the SDK's messages
 into the runner's state, conversation and results, and holds permission requests until they are
 answered or time out. The HTTP layer calls `send`, `interrupt` and `answer`; every change is saved.
-The SDK is imported here only, and only when the runner starts.
+The SDK is imported only when the session starts (here and in `sdk.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import sdk
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
 from .store import Message, Result, Saved, Store, now_iso
@@ -24,8 +24,6 @@ __all__ = ["Conflict", "Conversation", "Pending"]
 
 log = logging.getLogger("fleet_mcp.runner")
 INTERRUPT_WAIT_S = 10.0
-SUMMARY_MAX = 200
-TOOL_RESULT_MAX = 2000
 RUNNING = ("working", "needs_input")
 
 
@@ -49,17 +47,6 @@ class Pending:
 
     def json(self) -> dict:
         return {"id": self.id, "tool": self.tool, "summary": self.summary, "since": self.since}
-
-
-def summarize(tool: str, tool_input: dict[str, Any]) -> str:
-    """One line saying what a tool call does: its command, path or pattern, else its input as JSON."""
-    for key in ("command", "file_path", "path", "notebook_path", "pattern", "url", "query", "description"):
-        if isinstance(tool_input.get(key), str):
-            text = tool_input[key]
-            break
-    else:
-        text = json.dumps(tool_input, ensure_ascii=False, default=str)
-    return " ".join(text.split())[:SUMMARY_MAX]
 
 
 class Conversation:
@@ -108,7 +95,12 @@ class Conversation:
             raise Conflict("busy", f"the agent is {self.state}; send with if_busy=queue or if_busy=interrupt")
         self.saved.queue.insert(0, content)  # interrupt: this message goes next
         self._save()
-        await self.interrupt()
+        try:
+            await self.interrupt()
+        except Conflict:
+            self.saved.queue.remove(content)  # refused: nothing changed
+            self._save()
+            raise
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._turn_over.wait(), INTERRUPT_WAIT_S)
         return content in self.saved.queue
@@ -142,7 +134,7 @@ class Conversation:
         while not self._closing.is_set():
             self._retry.clear()
             try:
-                async with ClaudeSDKClient(self._options()) as client:
+                async with ClaudeSDKClient(sdk.options(self.settings, self.saved.session_id, self._can_use_tool)) as client:
                     self._client = client
                     self.error = None
                     self._set_state("idle")
@@ -195,18 +187,6 @@ class Conversation:
             await task
         return True
 
-    def _options(self) -> Any:
-        from claude_agent_sdk import ClaudeAgentOptions
-
-        s = self.settings
-        prompt: dict[str, str] = {"type": "preset", "preset": "claude_code"}
-        if s.system_prompt.strip():
-            prompt["append"] = s.system_prompt
-        return ClaudeAgentOptions(cwd=str(s.workdir), system_prompt=prompt,  # type: ignore[arg-type]
-                                  permission_mode=s.permission_mode, can_use_tool=self._can_use_tool,
-                                  resume=self.saved.session_id, model=s.model, max_turns=s.max_turns,
-                                  max_budget_usd=s.max_cost_usd)
-
     def _begin(self, prompt: str) -> None:
         """Marks a turn started (synchronously, so no second message slips in) and sends it."""
         self.current_task = prompt
@@ -235,34 +215,16 @@ class Conversation:
             self._begin(self.saved.queue.pop(0))
 
     def _on_message(self, message: Any) -> None:
-        from claude_agent_sdk import (
-            AssistantMessage,
-            ResultMessage,
-            SystemMessage,
-            TextBlock,
-            ToolResultBlock,
-            ToolUseBlock,
-            UserMessage,
-        )
-
         self.last_activity_at = now_iso()
-        if isinstance(message, SystemMessage) and message.subtype == "init":
-            self.saved.session_id = message.data.get("session_id") or self.saved.session_id
-            self.saved.model = message.data.get("model") or self.saved.model
+        if (init := sdk.init_info(message)) is not None:
+            self.saved.session_id = init.get("session_id") or self.saved.session_id
+            self.saved.model = init.get("model") or self.saved.model
             self._save()
-        elif isinstance(message, AssistantMessage):
-            for block in message.content:
-                if isinstance(block, TextBlock) and block.text.strip():
-                    self._add("assistant", block.text)
-                elif isinstance(block, ToolUseBlock):
-                    self._add("tool_use", f"{block.name}: {summarize(block.name, block.input)}")
-        elif isinstance(message, UserMessage) and isinstance(message.content, list):
-            for block in message.content:
-                if isinstance(block, ToolResultBlock):
-                    content = block.content if isinstance(block.content, str) else json.dumps(block.content)
-                    self._add("tool_result", ("[error] " if block.is_error else "") + content[:TOOL_RESULT_MAX])
-        elif isinstance(message, ResultMessage):
+        elif sdk.is_result(message):
             self._finish(self._result(message))
+        else:
+            for role, content in sdk.entries(message):
+                self._add(role, content)
 
     def _result(self, m: Any) -> Result:
         text = m.result or "; ".join(m.errors or []) or ("Interrupted" if self._interrupted else "")
@@ -290,9 +252,7 @@ class Conversation:
         self._next()
 
     async def _can_use_tool(self, tool: str, tool_input: dict[str, Any], context: Any) -> Any:
-        from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
-
-        summary = summarize(tool, tool_input)
+        summary = sdk.summarize(tool, tool_input)
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
         self.pending = Pending(getattr(context, "tool_use_id", None) or uuid.uuid4().hex, tool, summary, now_iso(),
                                answer)
@@ -310,9 +270,7 @@ class Conversation:
             self._set_state("working")
         if self.state == "working" and not self._interrupted:
             self.reporter.working(self.current_task or "")
-        if allow:
-            return PermissionResultAllow()
-        return PermissionResultDeny(message=message or "The fleet operator denied this.", interrupt=self._interrupted)
+        return sdk.decision(allow, message, self._interrupted)
 
     def _drop_pending(self) -> None:
         if self.pending and not self.pending.answer.done():
