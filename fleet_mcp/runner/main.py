@@ -9,9 +9,26 @@ import logging
 import socket
 import sys
 
-__all__ = ["main", "serve"]
+__all__ = ["add_arguments", "main", "serve"]
 
 log = logging.getLogger("fleet_mcp.runner")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runner's flags; each one defaults to its FLEET_RUNNER_* variable (cheap: the CLI builds them always)."""
+    add = parser.add_argument
+    add("--workdir", help="where Claude Code runs (default: cwd)")
+    add("--state-file", help="durable state (default: <workdir>/.fleet-runner/state.json)")
+    add("--host", help="bind address, loopback only (default 127.0.0.1)")
+    add("--port", type=int, help="port (default 4300; 0 picks one, printed as FLEET_RUNNER_URL=...)")
+    add("--app-slug", help="the Coder app whose statuses the runner reports (default fleet)")
+    add("--spec-file", help="the first turn's prompt, from a file (else FLEET_RUNNER_SPEC)")
+    add("--system-prompt", help="appended to Claude Code's system prompt")
+    add("--model", help="Claude model (default: Claude Code's)")
+    add("--max-turns", type=int, help="most model turns per task")
+    add("--max-cost-usd", type=float, help="most USD a task may spend")
+    add("--permission-mode", help="Claude Code permission mode (default acceptEdits)")
+    add("--permission-timeout-s", type=float, help="seconds before an unanswered permission is denied (default 300)")
 
 
 def _bind(host: str, port: int) -> socket.socket:

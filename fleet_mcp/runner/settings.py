@@ -1,4 +1,4 @@
-"""The runner's settings: environment (FLEET_RUNNER_*, CODER_AGENT_*) first, command-line flags over them."""
+"""The runner's settings: environment (FLEET_RUNNER_*, CODER_AGENT_*) first, command-line flags (main.py) over them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["RunnerSettings", "add_arguments", "load"]
+__all__ = ["RunnerSettings", "load"]
 
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
 
@@ -63,23 +63,6 @@ class RunnerSettings(BaseSettings):
         if self.spec_file is not None:
             return self.spec_file.read_text(encoding="utf-8").strip()
         return self.spec.strip()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The runner's flags; each one defaults to its FLEET_RUNNER_* variable."""
-    add = parser.add_argument
-    add("--workdir", help="where Claude Code runs (default: cwd)")
-    add("--state-file", help="durable state (default: <workdir>/.fleet-runner/state.json)")
-    add("--host", help="bind address, loopback only (default 127.0.0.1)")
-    add("--port", type=int, help="port (default 4300; 0 picks one, printed as FLEET_RUNNER_URL=...)")
-    add("--app-slug", help="the Coder app whose statuses the runner reports (default fleet)")
-    add("--spec-file", help="the first turn's prompt, from a file (else FLEET_RUNNER_SPEC)")
-    add("--system-prompt", help="appended to Claude Code's system prompt")
-    add("--model", help="Claude model (default: Claude Code's)")
-    add("--max-turns", type=int, help="most model turns per task")
-    add("--max-cost-usd", type=float, help="most USD a task may spend")
-    add("--permission-mode", help="Claude Code permission mode (default acceptEdits)")
-    add("--permission-timeout-s", type=float, help="seconds before an unanswered permission is denied (default 300)")
 
 
 def load(args: argparse.Namespace) -> RunnerSettings:
