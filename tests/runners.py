@@ -115,7 +115,7 @@ class RunningRunner:
             if ready(state):
                 return state
             assert self.proc.poll() is None, f"the runner exited:\n{self.logs()}"
-            assert time.monotonic() < deadline, f"waited {timeout} s for {what or 'a state'}; last {state}\n{self.logs()}"
+            assert time.monotonic() < deadline, f"waited {timeout} s for {what or 'state'}; last {state}\n{self.logs()}"
             time.sleep(0.05)
 
     def wait_turns(self, turns: int, timeout: float = WAIT_S) -> dict:

@@ -115,7 +115,8 @@ class Conversation:
         try:
             await asyncio.wait_for(self._client.interrupt(), INTERRUPT_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the turn goes on; say why the interrupt did not land
-            raise Conflict("interrupt_failed", f"Claude Code did not take the interrupt: {type(exc).__name__}")
+            raise Conflict("interrupt_failed",
+                           f"Claude Code did not take the interrupt: {type(exc).__name__}") from None
 
     def answer(self, allow: bool, message: str) -> None:
         """Allows or denies the pending tool call; Conflict when nothing waits."""
@@ -134,7 +135,8 @@ class Conversation:
         while not self._closing.is_set():
             self._retry.clear()
             try:
-                async with ClaudeSDKClient(sdk.options(self.settings, self.saved.session_id, self._can_use_tool)) as client:
+                options = sdk.options(self.settings, self.saved.session_id, self._can_use_tool)
+                async with ClaudeSDKClient(options) as client:
                     self._client = client
                     self.error = None
                     self._set_state("idle")

@@ -68,5 +68,6 @@ def test_the_server_and_the_cli_never_import_the_sdk():
     code = ("import sys, fleet_mcp.cli, fleet_mcp.server, fleet_mcp.runner.app, fleet_mcp.runner.session;"
             "fleet_mcp.cli._parser().parse_args(['runner', '--port', '0']);"
             "assert 'claude_agent_sdk' not in sys.modules, 'imported'")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(), check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(),
+                          check=False)
     assert done.returncode == 0, done.stderr
