@@ -25,6 +25,7 @@ __all__ = ["Conflict", "Conversation", "Pending"]
 log = logging.getLogger("fleet_mcp.runner")
 INTERRUPT_WAIT_S = 10.0
 RUNNING = ("working", "needs_input")
+LOST_SESSION = "No conversation found with session ID"  # Claude Code's words when `resume` names no transcript
 
 
 class Conflict(Exception):
@@ -153,6 +154,13 @@ class Conversation:
             except Exception as exc:  # noqa: BLE001 - any SDK or CLI failure: report it, wait for a retry
                 self._client = None
                 self._drop_pending()
+                if self.saved.session_id and LOST_SESSION in str(exc):
+                    # Claude Code's transcript is gone (a new HOME?): a new conversation beats none at all.
+                    log.warning("session %s is gone from Claude Code; starting a new one", self.saved.session_id)
+                    self.saved.session_id = None
+                    self.saved.session_cost_usd = 0.0
+                    self._save()
+                    continue
                 self.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
                 log.warning("Claude Code session failed: %s", self.error)
                 self._set_state("error")

@@ -44,3 +44,15 @@ def test_a_stop_interrupts_the_running_turn_and_a_queued_message_survives_it(tmp
         stopped, then = runner.results()
         assert stopped["task"] == "Wait [[hang]]" and stopped["interrupted"] is True
         assert then["task"] == "Then this" and not then["is_error"]
+
+
+def test_a_session_claude_code_no_longer_has_starts_a_new_conversation(tmp_path, api):
+    state_file = tmp_path / "work" / ".fleet-runner" / "state.json"
+    state_file.parent.mkdir(parents=True)
+    gone = "6f1c9a1e-1111-4222-8333-944455556666"
+    state_file.write_text(json.dumps({"version": 1, "session_id": gone, "spec_sent": True, "queue": ["Hello again"]}))
+    with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC="Never sent twice") as runner:
+        state = runner.wait_turns(1)
+        assert state["session_id"] not in (None, gone) and state["error"] is None
+        assert [r["task"] for r in runner.results()] == ["Hello again"]
+        assert "is gone from Claude Code" in runner.logs()
