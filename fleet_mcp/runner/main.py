@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import logging
 import socket
 import sys
@@ -56,7 +55,9 @@ def main(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    if importlib.util.find_spec("claude_agent_sdk") is None:
+    try:  # now, not in the serving loop, where its ~1 s import would stall the first requests
+        import claude_agent_sdk  # noqa: F401
+    except ImportError:
         print("fleet-mcp runner: claude-agent-sdk is missing; install coder-fleet-mcp[runner]", file=sys.stderr)
         return 2
     try:
