@@ -1,0 +1,81 @@
+"""What the runner asks of claude-agent-sdk, and what it makes of the SDK's messages.
+
+The SDK is imported inside these functions only, so importing the runner (or the server) never loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .settings import RunnerSettings
+
+__all__ = ["SUMMARY_MAX", "decision", "entries", "init_info", "is_result", "options", "summarize"]
+
+SUMMARY_MAX = 200
+TOOL_RESULT_MAX = 2000
+
+
+def summarize(tool: str, tool_input: dict[str, Any]) -> str:
+    """One line saying what a tool call does: its command, path or pattern, else its input as JSON."""
+    for key in ("command", "file_path", "path", "notebook_path", "pattern", "url", "query", "description"):
+        if isinstance(tool_input.get(key), str):
+            text = tool_input[key]
+            break
+    else:
+        text = json.dumps(tool_input, ensure_ascii=False, default=str)
+    return " ".join(text.split())[:SUMMARY_MAX]
+
+
+def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any) -> Any:
+    """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended."""
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    prompt: dict[str, str] = {"type": "preset", "preset": "claude_code"}
+    if settings.system_prompt.strip():
+        prompt["append"] = settings.system_prompt
+    return ClaudeAgentOptions(cwd=str(settings.workdir), system_prompt=prompt,  # type: ignore[arg-type]
+                              permission_mode=settings.permission_mode, can_use_tool=can_use_tool, resume=resume,
+                              model=settings.model, max_turns=settings.max_turns,
+                              max_budget_usd=settings.max_cost_usd)
+
+
+def init_info(message: Any) -> dict | None:
+    """The session's init data (session_id, model...) when `message` is the SDK's init message."""
+    from claude_agent_sdk import SystemMessage
+
+    return message.data if isinstance(message, SystemMessage) and message.subtype == "init" else None
+
+
+def is_result(message: Any) -> bool:
+    from claude_agent_sdk import ResultMessage
+
+    return isinstance(message, ResultMessage)
+
+
+def entries(message: Any) -> list[tuple[str, str]]:
+    """The conversation entries (role, content) an SDK message adds: texts, tool uses, tool results."""
+    from claude_agent_sdk import AssistantMessage, TextBlock, ToolResultBlock, ToolUseBlock, UserMessage
+
+    found: list[tuple[str, str]] = []
+    if isinstance(message, AssistantMessage):
+        for block in message.content:
+            if isinstance(block, TextBlock) and block.text.strip():
+                found.append(("assistant", block.text))
+            elif isinstance(block, ToolUseBlock):
+                found.append(("tool_use", f"{block.name}: {summarize(block.name, block.input)}"))
+    elif isinstance(message, UserMessage) and isinstance(message.content, list):
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                content = block.content if isinstance(block.content, str) else json.dumps(block.content)
+                found.append(("tool_result", ("[error] " if block.is_error else "") + content[:TOOL_RESULT_MAX]))
+    return found
+
+
+def decision(allow: bool, message: str, interrupt: bool) -> Any:
+    """The permission result for `can_use_tool`: allow as asked, or deny with a message for Claude."""
+    from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
+
+    if allow:
+        return PermissionResultAllow()
+    return PermissionResultDeny(message=message or "The fleet operator denied this.", interrupt=interrupt)
