@@ -1,4 +1,4 @@
-"""Build operations on fleet workspaces: create (and adopt after an ambiguous failure), delete, wait.
+"""Build operations on fleet workspaces: create (and adopt after an ambiguous failure), start, stop, delete.
 
 Writes are never repeated: a create or delete whose answer was lost is
 followed by reads that find out what happened.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from .coder import errors as ce
-from .coder.client import CoderClient
+from .coder.client import CoderClient, Transition
 from .coder.schemas import Workspace
 from .errors import FleetError, conflict, unavailable
 from .polling import poll_until
@@ -26,12 +26,13 @@ class Builds:
         self.client = client
         self.settings = settings
 
-    async def create(self, name: str, template_id: str, preset_id: str | None, values: dict[str, str]) -> Workspace:
+    async def create(self, name: str, template_id: str, preset_id: str | None, values: dict[str, str],
+                     ttl_ms: int | None = None) -> Workspace:
         """Create the workspace; `Conflict` when the name is taken. After a failure that may have landed,
         adopt the workspace only if it is the one asked for; never post twice."""
         try:
             return await self.client.create_workspace("me", name=name, template_id=template_id,
-                                                      preset_id=preset_id, parameters=values)
+                                                      preset_id=preset_id, parameters=values, ttl_ms=ttl_ms)
         except (ce.Unavailable, ce.ServerError):
             return await self._adopt(name, values)
 
@@ -71,28 +72,31 @@ class Builds:
         raise unavailable(f"Coder could not be reached to learn whether agent {name!r} was created. Check with "
                           "show_agent before creating it again.", name=name)
 
-    async def delete(self, ws: Workspace) -> bool:
-        """Request the delete build, cancelling (where the template allows) or waiting for an active build.
+    async def transition(self, ws: Workspace, to: Transition) -> bool:
+        """Request a `start`, `stop` or `delete` build, cancelling (where the template allows) or waiting for
+        an active build first.
 
-        False when the workspace was already being deleted or gone (another call got there first).
+        False when the workspace is already there or on its way (another call got there first, or it is gone).
         """
-        build = ws.latest_build
-        if build.transition == "delete" and build.status in ("pending", "running", "deleting", "deleted"):
+        if _already(ws, to):
             return False
+        build = ws.latest_build
         try:
             if build.job.status in BUILD_ACTIVE:
                 try:
                     await self.client.cancel_build(build.id)
                 except (ce.Forbidden, ce.BadRequest):
                     pass
-                await self.wait_idle(ws.id)
+                ws = await self.wait_idle(ws.id)
+                if _already(ws, to):
+                    return False
             try:
-                await self.client.create_build(ws.id, "delete")
+                await self.client.create_build(ws.id, to)
             except ce.Conflict:
                 latest = await self.wait_idle(ws.id)
-                if latest.latest_build.transition == "delete":
+                if _already(latest, to):
                     return False
-                await self.client.create_build(ws.id, "delete")
+                await self.client.create_build(ws.id, to)
         except ce.Gone:
             return False
         return True
@@ -111,3 +115,12 @@ class Builds:
             raise FleetError("unavailable", "The workspace is still busy with a build; try again shortly.",
                              {"workspace_status": last[-1].latest_build.status if last else None})
         return ws
+
+
+_THERE = {"delete": ("pending", "running", "deleting", "deleted"), "stop": ("pending", "running", "stopping", "stopped"),
+          "start": ("pending", "running", "starting")}
+
+
+def _already(ws: Workspace, to: Transition) -> bool:
+    build = ws.latest_build
+    return build.transition == to and build.status in _THERE[to]

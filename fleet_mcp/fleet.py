@@ -1,4 +1,4 @@
-"""The fleet: finding and describing agents, creating and deleting them. Decides; never speaks HTTP itself.
+"""The fleet: finding and describing agents. Decides; never speaks HTTP itself.
 
 Everything the fleet knows lives in Coder (workspaces, build parameters, app
 statuses) and in each workspace's driver, so two servers pointed at one Coder
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 from .builds import Builds
 from .coder import errors as ce
@@ -18,24 +19,24 @@ from .coder.schemas import Workspace, WorkspaceAppStatus
 from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_for
 from .errors import FleetError, bad_request, not_found
 from .models import (
-    Agent, AgentList, AgentLog, AgentSummary, CreatedAgent, DeletedAgent, DeleteResult, LogMessage, Metadata,
+    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata,
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
 from .rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, NAME_RE, PR_LINK, PROJECT, ROLE, SPEC, TASK,
-    check_name, check_text, iso, paginate,
+    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, NAME_RE, PR_LINK, PROJECT, ROLE, SPEC, TASK,
+    iso, paginate,
 )
 from .settings import Settings
 from .status import READY, Snapshot, Status, base_status, fresh_app_status, list_status, live_status, needs_attention
 
-__all__ = ["Fleet", "facts"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "quietly"]
 
 T = TypeVar("T")
 
 
 class Fleet:
-    """Finds and describes the token user's agents; creates and deletes them. One per server."""
+    """Finds and describes the token user's agents. One per server (per Coder user)."""
 
     def __init__(self, client: CoderClient, settings: Settings) -> None:
         self.client = client
@@ -120,7 +121,7 @@ class Fleet:
         agents = []
         for ws in page.workspaces:
             fresh = fresh_app_status(ws)
-            summary = AgentSummary(name=ws.name, project=ws.template_name,
+            summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
                                    current_task=fresh.message[:LIST_TASK_CHARS] if fresh and fresh.message else None,
                                    **facts(list_status(ws, self.slugs)))
             if status and summary.status != status:
@@ -141,9 +142,12 @@ class Fleet:
         current = next((m.content for m in reversed(messages or []) if m.role == "user"), None) if snap.live else None
         if current is None and statuses and statuses[0].message:
             current = statuses[0].message
-        agent = _agent(ws, params, status, current or params.get(TASK) or None, statuses)
+        agent = agent_answer(ws, params, status, current or params.get(TASK) or None, statuses)
         agent.problem = problem
         agent.driver = driver.kind if (driver := driver_for(self.client, ws, self.slugs)) else None  # type: ignore[assignment]
+        agent.model = params.get(MODEL) or (snap.live.model if snap.live else None) or None
+        agent.cost_usd = snap.live.cost_usd if snap.live and agent.driver == "runner" else None
+        agent.last_activity_at = iso(last_activity(ws))
         return ShownAgent(agent=agent)
 
     async def _with_reported_errors(self, ws: Workspace, problem: str | None) -> str | None:
@@ -195,65 +199,21 @@ class Fleet:
                  for m in newest_first[start:end]]
         return AgentLog(messages=items, total_count=len(newest_first), page=page, page_size=size, total_pages=pages)
 
-    # --- creating and deleting --------------------------------------------------------------
 
-    async def create(self, name: str, project: str, role: str, spec: str) -> CreatedAgent:
-        check_name(name)
-        check_text("spec", spec)
-        try:
-            template, params = await self.catalog.project(project)
-        except FleetError as exc:
-            raise bad_request(exc.message, **(exc.details or {})) from None
-        choices = await self.catalog.role_choices(template, params)
-        choice = next((c for c in choices if c.role.name == role), None)
-        if choice is None:
-            raise bad_request(f"Project {template.name!r} has no role {role[:40]!r}.",
-                              roles=[c.role.name for c in choices])
-        values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec}
-        try:
-            ws = await self.builds.create(name, template.id, choice.preset_id, values)
-        except ce.Conflict:
-            # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
-            raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
-        agent = _agent(ws, values, Status("busy", since=ws.created_at), spec, [])
-        agent.workspace_status = ws.latest_build.status or "pending"
-        return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
-                            "starts on its spec as soon as it is up.")
-
-    async def delete(self, name: str) -> DeleteResult:
-        try:
-            ws, _ = await self.find(name)
-        except FleetError as exc:
-            gone = await self._deleted(name) if exc.error == "not_found" else None
-            if gone is None:
-                raise
-            ws, already = gone, True
-        else:
-            already = not await self.builds.delete(ws)
-        said = "was already deleted" if already else "is being deleted"
-        return DeleteResult(message=f"Agent {ws.name!r} {said}.", already_deleted=already,
-                            deleted_agent=DeletedAgent(name=ws.name, workspace_id=ws.id))
-
-    async def _deleted(self, name: str) -> Workspace | None:
-        """The agent of that name that is deleted or being deleted, if there was one (so a repeated or
-        concurrent delete succeeds, and a name that never was an agent stays not found)."""
-        if not NAME_RE.match(name) or len(name) > 32:
-            return None
-        try:
-            ws = await self.client.workspace_by_name("me", name, include_deleted=True)
-            await self.params(ws)
-        except (ce.NotFound, ce.Gone, FleetError):
-            return None
-        return ws if ws.latest_build.transition == "delete" else None
+def last_activity(ws: Workspace) -> datetime | None:
+    """When the agent last reported anything, or else when its workspace last changed."""
+    times = [t for t in (ws.latest_app_status.created_at if ws.latest_app_status else None,
+                         ws.latest_build.updated_at, ws.latest_build.created_at) if t]
+    return max(times) if times else None
 
 
-def facts(status: Status) -> dict[str, object]:
+def facts(status: Status) -> dict[str, Any]:
     """The status fields every answer about an agent carries."""
     return {"status": status.value, "status_source": status.source, "status_since": iso(status.since),
             "last_turn": status.last_turn, "last_turn_error": status.last_turn_error}
 
 
-def _agent(ws: Workspace, params: dict[str, str], status: Status, current: str | None,
+def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current: str | None,
            statuses: list[WorkspaceAppStatus]) -> Agent:
     pr = next((s.uri for s in statuses if s.uri and PR_LINK.match(s.uri)), None)
     project = params.get(PROJECT) or ws.template_name

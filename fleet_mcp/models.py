@@ -59,6 +59,9 @@ class Agent(StatusFacts):
     problem: str | None = Field(default=None, description="Why the agent is failed, offline or waiting, when known")
     driver: Literal["runner", "agentapi"] | None = Field(default=None, description="What runs Claude Code in the "
                                                                             "workspace, when known")
+    model: str | None = Field(default=None, description="The model the agent was created with (runner)")
+    cost_usd: float | None = Field(default=None, description="What the agent's turns have cost so far (runner)")
+    last_activity_at: str | None = Field(default=None, description="When the agent last reported work")
     metadata: Metadata
 
 
@@ -76,6 +79,8 @@ class AgentSummary(StatusFacts):
     status: AgentStatus
     current_task: str | None
     project: str
+    last_activity_at: str | None = Field(default=None, description="When the agent last reported work, or its "
+                                                                   "workspace last changed")
 
 
 class AgentList(BaseModel):

@@ -10,7 +10,7 @@ from .errors import FleetError
 
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
-    "MAX_NAME", "MAX_SPEC", "NAME_RE", "PR_LINK", "PROJECT", "ROLE", "SPEC", "TASK", "check_name", "check_text",
+    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "RUNNER_PARAMETERS", "PR_LINK", "PROJECT", "ROLE", "SPEC", "TASK", "check_name", "check_text",
     "iso", "paginate",
 ]
 
@@ -23,6 +23,9 @@ LOG_MESSAGE_CHARS = 4_000
 MANAGED, ROLE, PROJECT, SPEC, TASK = (
     "fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec", "fleet_mcp_current_task")
 FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
+# Declared by runner templates only: what the runner hands the Agent SDK.
+MODEL, MAX_TURNS, MAX_COST = "fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"
+RUNNER_PARAMETERS = (MODEL, MAX_TURNS, MAX_COST)
 FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
 BUILD_ACTIVE = ("pending", "running", "canceling")

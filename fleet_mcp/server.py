@@ -13,6 +13,7 @@ from fastmcp.server.middleware import Middleware
 
 from .coder.client import CoderClient
 from .fleet import Fleet
+from .lifecycle import Lifecycle
 from .turns import Turns
 from .waits import Waits
 from .settings import Settings
@@ -52,7 +53,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
             try:
                 async with CoderClient(settings, transport=transport) as client:
                     fleet = Fleet(client, settings)
-                    yield {"fleet": fleet, "turns": Turns(fleet), "waits": Waits(fleet)}
+                    yield {"fleet": fleet, "lifecycle": Lifecycle(fleet), "turns": Turns(fleet), "waits": Waits(fleet)}
             finally:
                 log.info("Coder client closed")
 

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     create_adopt_wait_s: float = Field(default=10.0, ge=0)
     template_cache_s: float = Field(default=60.0, ge=0)
     wait_poll_interval_s: float = Field(default=2.0, gt=0)
+    # Lifecycle and budgets: a cap on the fleet, an idle autostop, and what runner agents may spend.
+    max_agents: int = Field(default=20, ge=0)
+    autostop_minutes: int | None = Field(default=None, ge=1)
+    model: str | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
     progress_interval_s: float = Field(default=5.0, gt=0)
     # Serving over HTTP (FLEET_MCP_AUTH_TOKEN, FLEET_MCP_ALLOWED_HOSTS) and the audit log (FLEET_MCP_AUDIT_LOG).
     auth_token: SecretStr | None = None
@@ -90,6 +96,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [host.strip() for host in value.split(",") if host.strip()]
         return value
+
+    @field_validator("autostop_minutes", "model", "max_turns", "max_cost_usd", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("audit_log", mode="before")
     @classmethod

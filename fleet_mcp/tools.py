@@ -14,6 +14,7 @@ from pydantic import Field
 
 from .errors import guarded
 from .fleet import Fleet
+from .lifecycle import Lifecycle
 from .models import (
     AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult, Projects,
     Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
@@ -39,6 +40,11 @@ def _fleet(ctx: Context) -> Fleet:
     return fleet
 
 
+def _lifecycle(ctx: Context) -> Lifecycle:
+    lifecycle: Lifecycle = ctx.lifespan_context["lifecycle"]
+    return lifecycle
+
+
 def _turns(ctx: Context) -> Turns:
     turns: Turns = ctx.lifespan_context["turns"]
     return turns
@@ -50,28 +56,50 @@ def _waits(ctx: Context) -> Waits:
 
 
 def register(mcp: FastMCP) -> None:
-    """Add the fleet's tools to a FastMCP server whose lifespan yields {"fleet", "turns", "waits"}."""
+    """Add the fleet's tools to a FastMCP server whose lifespan yields {"fleet", "lifecycle", "turns", "waits"}."""
 
     def tool(**options: Any) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
         return lambda fn: mcp.tool(**options)(guarded(fn))
 
-    @tool(title="Create agent", annotations={"readOnlyHint": False, "destructiveHint": False,
-                                                 "idempotentHint": False, "openWorldHint": True})
+    @tool(title="Create agent", annotations=WRITE)
     async def create_agent(
         ctx: Context,
         name: Annotated[str, Field(description="Unique short name: 1-20 letters, digits and hyphens")],
         project: Annotated[str, Field(description="Project (Coder template) name or display name")],
         spec: Annotated[str, Field(description="What the agent should achieve: objective, context, deliverables")],
         role: Annotated[str, Field(description="Role from list_agent_roles, e.g. coder, operator, manager")] = "coder",
+        autostop_minutes: Annotated[int | None, Field(
+            description="Stop the workspace after this many idle minutes (Coder's autostop; activity extends it)")
+        ] = None,
+        model: Annotated[str | None, Field(description="Model for this agent, e.g. haiku, sonnet, opus (runner "
+                                                       "projects only)")] = None,
+        max_turns: Annotated[int | None, Field(description="At most this many model turns per task (runner)")] = None,
+        max_cost_usd: Annotated[float | None, Field(description="Stop a task once it has cost this much in US "
+                                                                "dollars (runner)")] = None,
     ) -> CreatedAgent:
         """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
-        workspace is up (a minute or two). The answer's status is `busy`; `workspace_status` tells the build."""
-        return await _fleet(ctx).create(name, project, role, spec)
+        workspace is up (a minute or two). The answer's status is `busy`; `workspace_status` tells the build.
+        Refused with `conflict` when the fleet is at its cap."""
+        return await _lifecycle(ctx).create(name, project, role, spec, autostop_minutes=autostop_minutes,
+                                            model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
+
+    @tool(title="Stop agent", annotations={**WRITE, "idempotentHint": True})
+    async def stop_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
+        """Stop the agent's workspace to save cost; its conversation is kept and start_agent resumes it.
+        Stopping a stopped agent answers it as it is."""
+        return await _lifecycle(ctx).stop(agent_name)
+
+    @tool(title="Start agent", annotations={**WRITE, "idempotentHint": True})
+    async def start_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
+        """Start a stopped agent's workspace again; the agent resumes its conversation (status `starting`, then
+        `idle`)."""
+        return await _lifecycle(ctx).start(agent_name)
 
     @tool(title="List agents", annotations=READ)
     async def list_agents(
         ctx: Context,
-        status: Annotated[AgentStatus | None, Field(description="Only agents with this status")] = None,
+        status: Annotated[AgentStatus | None, Field(description="Only agents with this status (e.g. stopped, to "
+                                                                 "clean up)")] = None,
         project: Annotated[str | None, Field(description="Only agents of this project")] = None,
     ) -> AgentList:
         """List the fleet's agents with their status (busy, idle, starting, offline, ...) and current task."""
@@ -102,7 +130,7 @@ def register(mcp: FastMCP) -> None:
                                                  "idempotentHint": True, "openWorldHint": True})
     async def delete_agent(ctx: Context, agent_name: AgentName) -> DeleteResult:
         """Delete an agent and destroy its workspace, even while it works. Cannot be undone."""
-        return await _fleet(ctx).delete(agent_name)
+        return await _lifecycle(ctx).delete(agent_name)
 
     @tool(title="Start agent task", annotations=WRITE)
     async def start_agent_task(

@@ -169,6 +169,7 @@ class CoderClient:
         template_version_id: str | None = None,
         preset_id: str | None = None,
         parameters: dict[str, str] | None = None,
+        ttl_ms: int | None = None,
     ) -> Workspace:
         """Create a workspace for `user` from a template (active version) or a version.
 
@@ -185,6 +186,8 @@ class CoderClient:
             body["template_version_id"] = template_version_id
         if preset_id is not None:
             body["template_version_preset_id"] = preset_id
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
         return await self._request("POST", f"/api/v2/users/{_seg(user)}/workspaces", Workspace, json=body)
 
     async def workspaces(self, q: str = "", limit: int = 0, offset: int = 0) -> WorkspacesPage:

@@ -133,6 +133,8 @@ class Template(LenientModel):
     deprecation_message: Text = ""
     require_active_version: bool = False
     allow_user_cancel_workspace_jobs: bool = False
+    allow_user_autostop: bool = True
+    default_ttl_ms: int = 0
     use_classic_parameter_flow: bool = False
     created_at: Timestamp = None
     updated_at: Timestamp = None

@@ -1,0 +1,147 @@
+"""An agent's life: create (within the fleet's cap, with autostop and budgets), stop, start, delete."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .coder import errors as ce
+from .coder.schemas import RichParameter, Template, Workspace
+from .errors import FleetError, bad_request, conflict
+from .fleet import Fleet, agent_answer
+from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
+from .rules import (
+    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
+    check_name, check_text,
+)
+from .status import Status
+
+__all__ = ["Lifecycle"]
+
+MAX_AUTOSTOP_MINUTES = 7 * 24 * 60  # Coder refuses a TTL over a week
+
+
+class Lifecycle:
+    """Creates, stops, starts and deletes agents."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.settings = fleet.settings
+
+    async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
+                     model: str | None = None, max_turns: int | None = None,
+                     max_cost_usd: float | None = None) -> CreatedAgent:
+        check_name(name)
+        check_text("spec", spec)
+        fleet = self.fleet
+        try:
+            (template, params), count = await asyncio.gather(fleet.catalog.project(project), self._count())
+        except FleetError as exc:
+            raise bad_request(exc.message, **(exc.details or {})) from None
+        cap = self.settings.max_agents
+        if cap and count >= cap:
+            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
+                           "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
+                           "running but still count), then create again.", agents=count, max_agents=cap)
+        choices = await fleet.catalog.role_choices(template, params)
+        choice = next((c for c in choices if c.role.name == role), None)
+        if choice is None:
+            raise bad_request(f"Project {template.name!r} has no role {role[:40]!r}.",
+                              roles=[c.role.name for c in choices])
+        values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
+                  **self._budgets(template, params, model, max_turns, max_cost_usd)}
+        try:
+            ws = await fleet.builds.create(name, template.id, choice.preset_id, values,
+                                           self._ttl_ms(template, autostop_minutes))
+        except ce.Conflict:
+            # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
+            raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
+        agent = agent_answer(ws, values, Status("busy", since=ws.created_at), spec, [])
+        agent.workspace_status = ws.latest_build.status or "pending"
+        return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
+                            "starts on its spec as soon as it is up.")
+
+    async def _count(self) -> int:
+        if not self.settings.max_agents:
+            return 0
+        return (await self.fleet.client.workspaces(FLEET_QUERY, limit=1)).count
+
+    def _ttl_ms(self, template: Template, minutes: int | None) -> int | None:
+        chosen = minutes if minutes is not None else self.settings.autostop_minutes
+        if chosen is None:
+            return None
+        if not 1 <= chosen <= MAX_AUTOSTOP_MINUTES:
+            raise bad_request(f"autostop_minutes must be between 1 and {MAX_AUTOSTOP_MINUTES}.",
+                              field="autostop_minutes")
+        if not template.allow_user_autostop:
+            if minutes is None:
+                return None  # the server's default yields to the template's own schedule
+            raise bad_request(f"Project {template.name!r} does not let users set autostop (its template "
+                              "schedules stops itself); create the agent without autostop_minutes.",
+                              field="autostop_minutes")
+        return chosen * 60_000
+
+    def _budgets(self, template: Template, params: list[RichParameter], model: str | None, max_turns: int | None,
+                 max_cost_usd: float | None) -> dict[str, str]:
+        s = self.settings
+        given = {MODEL: model, MAX_TURNS: max_turns, MAX_COST: max_cost_usd}
+        values = {MODEL: model or s.model, MAX_TURNS: max_turns or s.max_turns,
+                  MAX_COST: max_cost_usd or s.max_cost_usd}
+        declared = {p.name for p in params}
+        if not set(RUNNER_PARAMETERS) <= declared:
+            asked = [k.removeprefix("fleet_mcp_") for k, v in given.items() if v is not None]
+            if asked:
+                raise bad_request(f"{', '.join(asked)} need the runner: project {template.name!r} runs agents on "
+                                  "AgentAPI (its template declares no fleet_mcp_model). Use a runner project.",
+                                  fields=asked)
+            return {}
+        if max_turns is not None and max_turns < 1:
+            raise bad_request("max_turns must be 1 or more.", field="max_turns")
+        if max_cost_usd is not None and not max_cost_usd > 0:
+            raise bad_request("max_cost_usd must be more than 0.", field="max_cost_usd")
+        if model is not None and (not model.strip() or len(model) > 100 or not model.isprintable()):
+            raise bad_request("model must be a model name such as sonnet, opus, haiku or claude-sonnet-4-5.",
+                              field="model")
+        return {k: str(v) for k, v in values.items() if v is not None}
+
+    async def delete(self, name: str) -> DeleteResult:
+        fleet = self.fleet
+        try:
+            ws, _ = await fleet.find(name)
+        except FleetError as exc:
+            gone = await self._deleted(name) if exc.error == "not_found" else None
+            if gone is None:
+                raise
+            ws, already = gone, True
+        else:
+            already = not await fleet.builds.transition(ws, "delete")
+        said = "was already deleted" if already else "is being deleted"
+        return DeleteResult(message=f"Agent {ws.name!r} {said}.", already_deleted=already,
+                            deleted_agent=DeletedAgent(name=ws.name, workspace_id=ws.id))
+
+    async def _deleted(self, name: str) -> Workspace | None:
+        """The agent of that name that is deleted or being deleted, if there was one (so a repeated or
+        concurrent delete succeeds, and a name that never was an agent stays not found)."""
+        if not NAME_RE.match(name) or len(name) > 32:
+            return None
+        try:
+            ws = await self.fleet.client.workspace_by_name("me", name, include_deleted=True)
+            await self.fleet.params(ws)
+        except (ce.NotFound, ce.Gone, FleetError):
+            return None
+        return ws if ws.latest_build.transition == "delete" else None
+
+    async def stop(self, name: str) -> ShownAgent:
+        """Stop the agent's workspace (its conversation is kept); a stopped agent answers as it is."""
+        ws, _ = await self.fleet.find(name)
+        if ws.latest_build.transition == "delete":
+            raise bad_request(f"Agent {name!r} is being deleted.", status="deleting")
+        await self.fleet.builds.transition(ws, "stop")
+        return await self.fleet.show(name)
+
+    async def start(self, name: str) -> ShownAgent:
+        """Start the agent's workspace again; it resumes its conversation."""
+        ws, _ = await self.fleet.find(name)
+        if ws.latest_build.transition == "delete":
+            raise bad_request(f"Agent {name!r} is being deleted.", status="deleting")
+        await self.fleet.builds.transition(ws, "start")
+        return await self.fleet.show(name)
