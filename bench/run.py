@@ -39,19 +39,19 @@ import importlib.util
 import json
 import os
 import platform
-import queue
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 from mcp import ClientSession, StdioServerParameters, stdio_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from processes import child_pids, clean_env, cpu_seconds, emulator_process, fleet_command, rss_kb
 
 if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
     sys.modules["sniffio"] = None  # as fleet_mcp.coder.client does: httpcore's failed imports cost per request
@@ -87,64 +87,17 @@ BARE_SERVER = textwrap.dedent('''\
 
 # --- processes --------------------------------------------------------------------
 
-def fleet_command() -> list[str]:
-    """The `fleet-mcp` console script beside this Python, else `python -m fleet_mcp`."""
-    script = Path(sys.executable).with_name("fleet-mcp")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "fleet_mcp"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CODER_", "FLEET_MCP_", "FASTMCP_")) and k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, **extra}
-
-
-def child_pids() -> set[int]:
-    """PIDs of this process's children (from /proc)."""
-    me, found = os.getpid(), set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-            found.add(int(entry))
-    return found
-
-
 def cpu_ms(pid: int) -> float:
-    """User + system CPU time of a process so far (clock-tick resolution)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
-
-
-def vm_rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    return cpu_seconds(pid) * 1e3
 
 
 class EmulatorProcess:
     """`fleet-mcp emulator --port 0` (real time) and a client of its control API."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([*fleet_command(), "emulator", "--port", "0", "--token", TOKEN],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=clean_env(), stdin=subprocess.DEVNULL)
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
-        try:
-            found = dict(lines.get(timeout=START_TIMEOUT_S).strip().partition("=")[::2] for _ in range(2))
-        except queue.Empty:
-            self.close()
-            raise RuntimeError("the emulator did not print CODER_URL/CODER_SESSION_TOKEN") from None
-        self.url, self.token = found["CODER_URL"], found["CODER_SESSION_TOKEN"]
+        self._process = emulator_process("--token", TOKEN)
+        emulated = self._process.__enter__()
+        self.url, self.token = emulated.url, emulated.token
         self.http = httpx.Client(base_url=self.url, timeout=120)
         self.latency_s = 0.0
 
@@ -176,13 +129,7 @@ class EmulatorProcess:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.http.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self._process.__exit__(None, None, None)
 
 
 @contextlib.asynccontextmanager
@@ -245,7 +192,7 @@ class Bench:
                      if kind == "fleet" else [("echo", {"text": "hi"})] * 3)
             for tool, arguments in calls:
                 await call(session, tool, **arguments)
-            rss = vm_rss_kb(pid)
+            rss = rss_kb(pid)
         return started, rss, cpu
 
     async def cold_starts(self, runs: int, first_agent: str) -> dict:
@@ -365,7 +312,7 @@ class Bench:
                                                  "coder_requests": max(requests),
                                                  "coder_requests_varied": len(requests) > 1,
                                                  "coder_ms": await self.list_alone(runs)}
-            out["rss_after_list_kb"] = vm_rss_kb(pid)
+            out["rss_after_list_kb"] = rss_kb(pid)
         return out
 
 
