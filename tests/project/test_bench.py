@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 TIMEOUT_S = 240
 SIZES = ["10", "100"]  # two sizes, so "the same number of requests whatever the size" is checked
