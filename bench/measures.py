@@ -105,6 +105,7 @@ class Bench:
             out["show_agent_wall_ms"] = ms(med(w for w, _ in shows))
             out["show_agent_latencies"] = round(med(w for w, _ in shows) * 1e3 / self.latency_ms, 2)
             out["show_agent_requests"] = int(med(s["requests"] for _, s in shows))
+            out["show_agent_routes"] = shows[-1][1]["routes"]
             out["standin_latency_error_ms"] = round(med(h for _, s in shows for h in s["holds_ms"]) - self.latency_ms,
                                                     3)
 
@@ -125,6 +126,7 @@ class Bench:
                 creates.append((wall, stats))
             out["create_agent_wall_ms"] = ms(med(w for w, _ in creates[1:]))
             out["create_agent_requests"] = int(med(s["requests"] for _, s in creates[1:]))
+            out["create_agent_routes"] = creates[-1][1]["routes"]
         out["standin_cost_ms"] = round(self.coder.own_cost_ms(200), 3)
         return out
 

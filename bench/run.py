@@ -16,7 +16,8 @@ same way. The bench process imports neither fleet_mcp nor the emulator. Figures 
 - tool_overhead_ms: median of show_agent's wall time minus the time the stand-in held its requests
   (at least one in its hands): latency x requests when they are sequential, less when concurrent.
 - show_agent_latencies (wall / latency), show_agent_requests, show_agent_round_trips (dependent
-  round trips: wall / --round-trip-latency-ms, rounded), create_agent_requests (warm caches).
+  round trips: wall / --round-trip-latency-ms, rounded), create_agent_requests (warm caches), and
+  the requests each made (show_agent_routes, create_agent_routes).
 - server_cpu_ms_per_call over streamable HTTP: the fleet's list_agents (10 agents) and the bare
   server's echo, from /proc/<pid>/stat before and after N calls; server_cpu_ratio.
 - cold_start_ratio (spawn -> tools/list), rss_ratio (after three calls): fleet over bare, medians
@@ -175,6 +176,8 @@ def table(r: dict) -> str:
     lines = [title, ""]
     for cells in [header, *rows]:
         lines.append("  ".join(c.ljust(widths[i]) if i < 3 else c for i, c in enumerate(cells)).rstrip())
+    for tool in ("show_agent", "create_agent"):
+        lines.append(f"\n{tool}'s Coder requests, in order:\n  " + "\n  ".join(r[f"{tool}_routes"]))
     if r["tools_missing"]:
         lines.append(f"\nn/a: the server does not list {', '.join(r['tools_missing'])} yet")
     for tool, error in r["errors"].items():

@@ -10,7 +10,8 @@ Control routes, never recorded nor counted:
 
     POST   /_standin/record                  pass on and record (no injected latency)
     POST   /_standin/replay?latency_ms=20     answer from the records
-    GET    /_standin/stats                   requests, misses, busy_ms, max_in_flight, holds_ms, arrivals_ms
+    GET    /_standin/stats                   requests, misses, busy_ms, max_in_flight, holds_ms, arrivals_ms,
+                                             routes
     DELETE /_standin/stats                   count again from zero
 
 `busy_ms` is the time at least one request was in the stand-in's hands (read in full -> answer
@@ -60,11 +61,12 @@ class Book:
         self.busy_since = 0.0
         self.holds: list[float] = []
         self.arrivals: list[float] = []
+        self.routes: list[str] = []
 
     def stats(self) -> dict:
         return {"requests": self.requests, "misses": self.misses, "busy_ms": self.busy_s * 1e3,
                 "max_in_flight": self.max_in_flight, "holds_ms": [h * 1e3 for h in self.holds],
-                "arrivals_ms": [a * 1e3 for a in self.arrivals]}
+                "arrivals_ms": [a * 1e3 for a in self.arrivals], "routes": self.routes}
 
     async def record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bytes:
         url = httpx.URL(str(self.upstream.base_url).rstrip("/")).copy_with(raw_path=target.encode("latin-1"))
@@ -78,6 +80,7 @@ class Book:
         now = time.monotonic()
         self.requests += 1
         self.arrivals.append(now - self.t0)
+        self.routes.append(f"{method} {target.split('?', 1)[0]}")
         if self.in_flight == 0:
             self.busy_since = now
         self.in_flight += 1

@@ -53,6 +53,9 @@ def test_every_issue_11_figure_is_there_and_sane(figures):
     assert f["show_agent_requests"] >= 1 and 1 <= f["show_agent_round_trips"] <= f["show_agent_requests"]
     assert number(f["show_agent_wall_ms"], f["latency_ms"] * f["show_agent_round_trips"], 10_000)
     assert number(f["show_agent_latencies"], f["show_agent_round_trips"] - 0.5, 500)
+    assert len(f["show_agent_routes"]) == f["show_agent_requests"]
+    assert len(f["create_agent_routes"]) == f["create_agent_requests"]
+    assert any(route.startswith("POST ") for route in f["create_agent_routes"])
     assert f["create_agent_requests"] >= 1 and number(f["create_agent_wall_ms"], f["latency_ms"], 10_000)
     cpu = f["server_cpu_ms_per_call"]
     assert set(cpu) == {"fleet_list_agents", "bare_echo", "fleet_list_agents_2026", "bare_echo_2026"}
