@@ -40,6 +40,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
@@ -72,16 +73,20 @@ async def measure(args: argparse.Namespace) -> dict:
     cold_runs = args.runs or (2 if args.quick else 10)
     runs = args.runs or (3 if args.quick else 7)
     calls = 15 if args.quick else 50
-    cpu_calls = 100 if args.quick else 300
+    cpu_calls = 50 if args.quick else 300
     load_before = os.getloadavg()[0]
     with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-bench-") as workdir:
         bench = Bench(args, stand_in, workdir)
         result: dict = {"latency_ms": args.latency_ms, "round_trip_latency_ms": args.round_trip_latency_ms}
-        for phase in (lambda: bench.calls(calls, runs), lambda: bench.cold_starts(cold_runs),
-                      lambda: bench.server_cpu(cpu_calls), lambda: bench.bare_calls(calls),
-                      lambda: bench.list_sizes(sizes, runs), lambda: bench.issue_13(runs)):
+        phases = {"calls": lambda: bench.calls(calls, runs), "cold_starts": lambda: bench.cold_starts(cold_runs),
+                  "server_cpu": lambda: bench.server_cpu(cpu_calls), "bare_calls": lambda: bench.bare_calls(calls),
+                  "list_sizes": lambda: bench.list_sizes(sizes, runs), "issue_13": lambda: bench.issue_13(runs)}
+        result["phase_s"] = {}
+        for name, phase in phases.items():
+            t0 = time.perf_counter()
             async with asyncio.timeout(PHASE_TIMEOUT_S):
                 result.update(await phase())
+            result["phase_s"][name] = round(time.perf_counter() - t0, 1)
     result["targets"] = targets(result)
     result["quick"] = bool(args.quick)
     result["runs"] = {"cold_start": cold_runs, "calls": calls, "per_measure": runs, "cpu_calls": cpu_calls}
