@@ -81,6 +81,7 @@ class Bench:
     # --- show_agent, create_agent, list_agents over stdio ---------------------------------
 
     async def calls(self, calls: int, runs: int) -> dict:
+        """Records what the tools ask Coder on a fleet of 10 agents, then measures show_agent and create_agent."""
         out: dict = {}
         names = self.coder.reseed(10)
         self.coder.record()
@@ -92,42 +93,57 @@ class Bench:
                                     ("create_agent", {"name": "made-0", "project": "fleet-demo", "spec": "Bench."})]:
                 await call(session, tool, **arguments)
 
-            self.coder.replay(self.latency_ms)
-            shows = []
-            for i in range(calls + 3):
-                wall, stats, answer = await self.timed(session, "show_agent", agent_name=names[i % len(names)])
-                self.misses(stats)
-                if answer["agent"]["name"] != names[i % len(names)]:
-                    raise RuntimeError(f"show_agent answered about {answer['agent']['name']}")
-                shows.append((wall, stats))
-            shows = shows[3:]
-            out["tool_overhead_ms"] = ms(med(w - s["busy_ms"] / 1e3 for w, s in shows))
-            out["show_agent_wall_ms"] = ms(med(w for w, _ in shows))
-            out["show_agent_latencies"] = round(med(w for w, _ in shows) * 1e3 / self.latency_ms, 2)
-            out["show_agent_requests"] = int(med(s["requests"] for _, s in shows))
-            out["show_agent_routes"] = shows[-1][1]["routes"]
-            out["standin_latency_error_ms"] = round(med(h for _, s in shows for h in s["holds_ms"]) - self.latency_ms,
-                                                    3)
-
-            # Dependent round trips: at a latency far above the fleet's own time, wall / latency rounds to them.
-            rt_latency = self.args.round_trip_latency_ms
-            self.coder.replay(rt_latency)
-            walls = [(await self.timed(session, "show_agent", agent_name=names[i]))[0] for i in range(runs)]
-            out["show_agent_round_trips"] = round(med(walls) * 1e3 / rt_latency)
-
-            self.coder.replay(self.latency_ms)
-            creates = []
-            for _ in range(runs + 1):  # the first one warms whatever the server caches
-                wall, stats, answer = await self.timed(session, "create_agent", name="made-0", project="fleet-demo",
-                                                       spec="Bench.")
-                self.misses(stats)
-                if answer["agent"]["name"] != "made-0":
-                    raise RuntimeError(f"create_agent answered about {answer['agent']['name']}")
-                creates.append((wall, stats))
-            out["create_agent_wall_ms"] = ms(med(w for w, _ in creates[1:]))
-            out["create_agent_requests"] = int(med(s["requests"] for _, s in creates[1:]))
-            out["create_agent_routes"] = creates[-1][1]["routes"]
+            out.update(await self.show_agent(session, names, calls, runs))
+            out.update(await self.create_agent(session, runs))
         out["standin_cost_ms"] = round(self.coder.own_cost_ms(200), 3)
+        return out
+
+    async def show_agent(self, session: ClientSession, names: list[str], calls: int, runs: int) -> dict:
+        """show_agent's overhead, wall / latency, requests and dependent round trips (answers recorded)."""
+        out: dict = {}
+        self.coder.replay(self.latency_ms)
+        shows = []
+        for i in range(calls + 3):
+            wall, stats, answer = await self.timed(session, "show_agent", agent_name=names[i % len(names)])
+            self.misses(stats)
+            if answer["agent"]["name"] != names[i % len(names)]:
+                raise RuntimeError(f"show_agent answered about {answer['agent']['name']}")
+            shows.append((wall, stats))
+        shows = shows[3:]
+        out["tool_overhead_ms"] = ms(med(w - s["busy_ms"] / 1e3 for w, s in shows))
+        out["show_agent_wall_ms"] = ms(med(w for w, _ in shows))
+        out["show_agent_latencies"] = round(med(w for w, _ in shows) * 1e3 / self.latency_ms, 2)
+        out["show_agent_requests"] = int(med(s["requests"] for _, s in shows))
+        out["show_agent_routes"] = shows[-1][1]["routes"]
+        out["standin_latency_error_ms"] = round(med(h for _, s in shows for h in s["holds_ms"]) - self.latency_ms,
+                                                3)
+
+        # Dependent round trips: at a latency far above the fleet's own time, wall / latency rounds to them.
+        rt_latency = self.args.round_trip_latency_ms
+        self.coder.replay(rt_latency)
+        walls = []
+        for i in range(runs):
+            wall, stats, _ = await self.timed(session, "show_agent", agent_name=names[i])
+            self.misses(stats)
+            walls.append(wall)
+        out["show_agent_round_trips"] = round(med(walls) * 1e3 / rt_latency)
+        return out
+
+    async def create_agent(self, session: ClientSession, runs: int) -> dict:
+        """create_agent's Coder requests and wall time with warm caches (`made-0`'s answers recorded)."""
+        out: dict = {}
+        self.coder.replay(self.latency_ms)
+        creates = []
+        for _ in range(runs + 1):  # the first one warms whatever the server caches
+            wall, stats, answer = await self.timed(session, "create_agent", name="made-0", project="fleet-demo",
+                                                   spec="Bench.")
+            self.misses(stats)
+            if answer["agent"]["name"] != "made-0":
+                raise RuntimeError(f"create_agent answered about {answer['agent']['name']}")
+            creates.append((wall, stats))
+        out["create_agent_wall_ms"] = ms(med(w for w, _ in creates[1:]))
+        out["create_agent_requests"] = int(med(s["requests"] for _, s in creates[1:]))
+        out["create_agent_routes"] = creates[-1][1]["routes"]
         return out
 
     async def list_sizes(self, sizes: list[int], runs: int) -> dict:
