@@ -1,17 +1,24 @@
-"""Helpers for tests that run `fleet-mcp` as a real process: a clean environment, free ports,
-an HTTP server that is up before the test goes on, and bounded waits everywhere."""
+"""Real processes for tests and `bench/run.py` alike: a clean environment, free ports, servers that are
+up before the caller goes on, the `fleet-mcp emulator` process, /proc readings, and bounded waits everywhere.
+
+It imports neither fleet_mcp nor pytest: the benchmark measures the fleet only through its processes.
+"""
 
 from __future__ import annotations
 
 import os
+import queue
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -19,16 +26,118 @@ SERVER = [sys.executable, "-m", "fleet_mcp"]
 WAIT_S = 20.0
 
 
+def fleet_command() -> list[str]:
+    """The `fleet-mcp` console script beside this Python (as installed), else `python -m fleet_mcp`."""
+    script = Path(sys.executable).with_name("fleet-mcp")
+    return [str(script)] if script.exists() else SERVER
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without any Coder or fleet settings, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
+    """This environment without any Coder, fleet or FastMCP settings, unbuffered, plus `extra`.
+
+    PYTHONDONTWRITEBYTECODE is dropped too: servers start with bytecode caching, as an installed package does.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CODER_", "FLEET_MCP_", "FASTMCP_")) and k != "PYTHONDONTWRITEBYTECODE"}
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on (until someone binds it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_serving(url: str, proc: subprocess.Popen, logs: Path | None = None, timeout: float = WAIT_S) -> None:
+    """Return once `url` gives any HTTP answer; raise if `proc` exits or `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}: {logs.read_text() if logs else ''}")
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer within {timeout:g} s") from None
+            time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = WAIT_S) -> int:
+    """Signal `proc` (if still running) and reap it, killing it when it outstays `timeout`; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    return proc.returncode
+
+
+def refusal(done: subprocess.CompletedProcess) -> str:
+    """The one line a process that refuses to start prints: exit code 2, nothing on stdout, one stderr line."""
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+class Lines:
+    """A subprocess pipe read by a thread, so every read can be bounded."""
+
+    def __init__(self, pipe: IO[str]) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(pipe,), daemon=True).start()
+
+    def _pump(self, pipe: IO[str]) -> None:
+        for line in pipe:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def next(self, timeout: float = WAIT_S) -> str | None:
+        """The next line, None at the end; queue.Empty after `timeout` seconds without one."""
+        return self.lines.get(timeout=timeout)
+
+    def rest(self, timeout: float = WAIT_S) -> list[str]:
+        out = []
+        while (line := self.next(timeout)) is not None:
+            out.append(line)
+        return out
+
+    def settings(self, count: int, timeout: float = WAIT_S) -> dict[str, str]:
+        """The next `count` lines read as KEY=VALUE."""
+        found = {}
+        for _ in range(count):
+            line = self.next(timeout)
+            if line is None:
+                raise RuntimeError(f"the process ended after printing {found}")
+            key, _, value = line.strip().partition("=")
+            found[key] = value
+        return found
+
+
+@dataclass
+class Emulated:
+    """A `fleet-mcp emulator` process: its CODER_URL and CODER_SESSION_TOKEN."""
+
+    proc: subprocess.Popen
+    url: str
+    token: str
+
+
+@contextmanager
+def emulator_process(*args: str, stderr: IO[str] | int = subprocess.DEVNULL) -> Iterator[Emulated]:
+    """`fleet-mcp emulator --port 0 *args` (real time), serving before this yields; stopped after."""
+    proc = subprocess.Popen([*fleet_command(), "emulator", "--port", "0", *args], stdout=subprocess.PIPE,
+                            stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=clean_env())
+    try:
+        found = Lines(proc.stdout).settings(2)
+        yield Emulated(proc, found["CODER_URL"], found["CODER_SESSION_TOKEN"])
+    finally:
+        stop(proc)
 
 
 @dataclass
@@ -43,32 +152,54 @@ class Running:
 
 
 @contextmanager
-def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-                host: str = "127.0.0.1") -> Iterator[Running]:
-    """`fleet-mcp --emulator --transport http` on a free port, answering before this yields."""
+def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1",
+                command: list[str] | None = None) -> Iterator[Running]:
+    """An HTTP MCP server on a free port, answering before this yields; stopped (SIGTERM) after.
+
+    By default `fleet-mcp --emulator --transport http`; `command` replaces `fleet-mcp --emulator` (it must
+    take `--transport http --host H --port P` too).
+    """
     port = free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
-        proc = subprocess.Popen([*SERVER, "--emulator", "--transport", "http", "--host", host, "--port", str(port),
-                                 *args], stdout=out, stderr=errfile, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([*(command or [*SERVER, "--emulator"]), "--transport", "http", "--host", host,
+                                 "--port", str(port), *args], stdout=out, stderr=errfile, stdin=subprocess.DEVNULL,
                                 env=env or clean_env(), cwd=tmp_path)
     running = Running(proc, f"http://127.0.0.1:{port}/mcp", port, err)
     try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            assert proc.poll() is None, running.logs()
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=2)  # any HTTP answer means it serves
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the HTTP server did not come up"
-                time.sleep(0.05)
+        wait_serving(f"http://127.0.0.1:{port}/", proc, err)
         yield running
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(WAIT_S)
+        stop(proc)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (clock-tick resolution, 10 ms on Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kb(pid: int) -> int:
+    """A process's resident set size now (VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def child_pids() -> set[int]:
+    """PIDs of this process's children (from /proc)."""
+    me, found = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+            found.add(int(entry))
+    return found

@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
-
-
-def start(*args: str) -> tuple[subprocess.Popen, dict[str, str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    settings = {}
-    for _ in range(2):
-        line = proc.stdout.readline().strip()
-        key, _, value = line.partition("=")
-        settings[key] = value
-    return proc, settings
+from processes import emulator_process, stop
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_emulator_serves_and_stops_cleanly(sig):
-    proc, settings = start("--token", "t0ken-xyz")
-    try:
-        assert settings["CODER_SESSION_TOKEN"] == "t0ken-xyz"
-        url = settings["CODER_URL"]
+def test_emulator_serves_and_stops_cleanly(sig, tmp_path):
+    with open(tmp_path / "stderr", "w+") as err, emulator_process("--token", "t0ken-xyz", stderr=err) as emulated:
+        assert emulated.token == "t0ken-xyz"
+        url = emulated.url
         assert url.startswith("http://127.0.0.1:")
         with httpx.Client(base_url=url, headers={"Coder-Session-Token": "t0ken-xyz"}, timeout=10) as client:
             assert client.get("/api/v2/buildinfo").status_code == 200
@@ -37,18 +22,17 @@ def test_emulator_serves_and_stops_cleanly(sig):
             assert me.status_code == 200 and me.json()["username"] == "demo"
             names = [w["name"] for w in client.get("/api/v2/workspaces", params={"q": "owner:me"}).json()["workspaces"]]
             assert sorted(names) == ["dev-box", "hand-made"]
-    finally:
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=15)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
+        code = stop(emulated.proc, sig, timeout=15)
+        err.seek(0)
+        logs = err.read()
+    assert code == 0, logs
+    assert "Traceback" not in logs
 
 
 def test_real_time_workspace_is_up_within_seconds():
-    proc, settings = start()
-    try:
-        with httpx.Client(base_url=settings["CODER_URL"],
-                          headers={"Coder-Session-Token": settings["CODER_SESSION_TOKEN"]}, timeout=10) as client:
+    with emulator_process() as emulated:
+        with httpx.Client(base_url=emulated.url, headers={"Coder-Session-Token": emulated.token},
+                          timeout=10) as client:
             t = client.get("/api/v2/organizations/coder/templates/fleet-demo").json()
             ws = client.post("/api/v2/users/me/workspaces", json={"name": "quick", "template_id": t["id"]}).json()
             status = None
@@ -58,7 +42,4 @@ def test_real_time_workspace_is_up_within_seconds():
                     break
                 time.sleep(0.1)
             assert status == "running"
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=15)
-    assert proc.returncode == 0
+        assert stop(emulated.proc, timeout=15) == 0

@@ -1,8 +1,9 @@
 """`bench/run.py --quick --json` runs, and prints one JSON line with every figure, sanely valued.
 
-The performance targets themselves are the benchmark's figures, not assertions here;
-the one property checked is a correctness one: list_agents asks Coder a fixed
-number of requests (at most 3) whatever the fleet size.
+The performance targets themselves are the benchmark's verdicts, not assertions here: a MISS is a
+figure to read, not a failed test. What is checked: every figure is there and plausible (the stand-in
+Coder's own cost is small, a tool's wall time covers the latency it waited on), each target has a
+verdict, and a figure is `n/a` (null) exactly when the server does not list the tool it needs.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 TIMEOUT_S = 240
-SIZES = ["10", "100"]  # two sizes, so "the same number of requests whatever the size" is checked
-TARGETS = {"list_agents_requests", "cold_start_ratio", "rss_ratio", "tool_overhead_ms", "list_agents_100_wall_ms"}
+ISSUE_11 = {"show_agent_latencies", "create_agent_requests", "tool_overhead_ms", "server_cpu_ratio",
+            "cold_start_ratio", "rss_ratio"}
+ISSUE_13 = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
+            "show_agents_20_latencies": "show_agents"}
 
 
 @pytest.fixture(scope="module")
 def figures() -> dict:
-    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--json", "--sizes", ",".join(SIZES)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
+    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout[:2000]
@@ -36,36 +40,53 @@ def number(value, low: float = 0.0, high: float = math.inf) -> bool:
         and low <= value <= high
 
 
-def test_every_figure_is_there_and_sane(figures):
+def test_the_stand_in_costs_next_to_nothing(figures):
+    assert number(figures["standin_cost_ms"], 0, 2)
+    assert number(figures["standin_latency_error_ms"], -0.5, 5)
+
+
+def test_every_issue_11_figure_is_there_and_sane(figures):
     f = figures
-    assert f["latency_ms"] == 20 and f["quick"] is True
-    assert number(f["cold_start_ratio"], 0.3, 5) and number(f["rss_ratio"], 0.3, 5)
-    assert all(number(f["cold_start_ms"][k], 50, 60_000) for k in ("fleet", "bare"))
-    assert number(f["cold_start_cpu_ratio"], 0.3, 5)
-    assert all(number(f["cold_start_cpu_ms"][k], 10, 60_000) for k in ("fleet", "bare"))
-    assert all(number(f["rss_kb"][k], 10_000, 2_000_000) for k in ("fleet", "bare"))
-    # Each Coder request waits the latency: what is left over is small and never negative.
+    assert f["latency_ms"] == 20 and f["round_trip_latency_ms"] == 100 and f["quick"] is True
+    # Coder's hold is taken out of the wall time: what is left is the fleet's, never negative.
     assert number(f["tool_overhead_ms"], 0, 1_000) and number(f["bare_tool_call_ms"], 0, 1_000)
-    assert number(f["coder_request_ms"], f["latency_ms"], 1_000)
-    assert number(f["tool_overhead_net_ms"], -1_000, f["tool_overhead_ms"])
-    assert f["show_agent_coder_requests"] >= 2
-    assert number(f["show_agent_wall_ms"], f["latency_ms"] * f["show_agent_coder_requests"], 10_000)
-    assert f["create_agent_coder_requests"] >= 3
-    assert number(f["create_agent_wall_ms"], f["latency_ms"], 10_000)
-    assert number(f["rss_after_list_kb"], 10_000, 4_000_000)
-    assert set(f["list_agents"]) == set(SIZES)
-    for size in SIZES:
-        at = f["list_agents"][size]
-        assert number(at["wall_ms"], f["latency_ms"], 60_000) and number(at["coder_ms"], f["latency_ms"], 60_000)
-    assert set(f["targets"]) == TARGETS
-    assert all(isinstance(t["pass"], bool) and "target" in t and "value" in t for t in f["targets"].values())
-    assert f["runs"]["cold_start"] >= 1 and f["runs"]["per_size"] >= 1
-    assert set(f["machine"]) == {"nproc", "cpu", "memory_gb", "python", "date", "loadavg_1min_before",
-                                 "loadavg_1min_after"}
+    assert f["show_agent_requests"] >= 1 and 1 <= f["show_agent_round_trips"] <= f["show_agent_requests"]
+    assert number(f["show_agent_wall_ms"], f["latency_ms"] * f["show_agent_round_trips"], 10_000)
+    assert number(f["show_agent_latencies"], f["show_agent_round_trips"] - 0.5, 500)
+    assert len(f["show_agent_routes"]) == f["show_agent_requests"]
+    assert len(f["create_agent_routes"]) == f["create_agent_requests"]
+    assert any(route.startswith("POST ") for route in f["create_agent_routes"])
+    assert f["create_agent_requests"] >= 1 and number(f["create_agent_wall_ms"], f["latency_ms"], 10_000)
+    cpu = f["server_cpu_ms_per_call"]
+    assert set(cpu) == {"fleet_list_agents", "bare_echo", "fleet_list_agents_2026", "bare_echo_2026"}
+    assert all(number(v, 0.01, 1_000) for v in cpu.values()) and number(f["server_cpu_ratio"], 0.1, 100)
+    assert number(f["cold_start_ratio"], 0.3, 5) and number(f["rss_ratio"], 0.3, 5)
+    assert number(f["cold_start_cpu_ratio"], 0.3, 5)
+    for kind in ("fleet", "bare"):
+        assert number(f["cold_start_ms"][kind], 50, 60_000) and number(f["cold_start_cpu_ms"][kind], 10, 60_000)
+        assert number(f["rss_kb"][kind], 10_000, 2_000_000)
 
 
 def test_list_agents_asks_coder_the_same_few_requests_whatever_the_fleet_size(figures):
-    requests = [figures["list_agents"][size]["coder_requests"] for size in SIZES]
-    assert 1 <= requests[0] <= 3
-    assert requests == [requests[0]] * len(SIZES)
-    assert not any(figures["list_agents"][size]["coder_requests_varied"] for size in SIZES)
+    lists = figures["list_agents"]
+    assert set(lists) == {"10", "100"}
+    for at in lists.values():
+        assert number(at["wall_ms"], figures["latency_ms"], 60_000) and number(at["overhead_ms"], 0, 60_000)
+    requests = [lists[size]["coder_requests"] for size in ("10", "100")]
+    assert 1 <= requests[0] <= 3 and requests == [requests[0]] * 2
+    assert not any(at["coder_requests_varied"] for at in lists.values())
+
+
+def test_every_target_has_a_verdict_and_n_a_means_the_tool_is_missing(figures):
+    t, missing = figures["targets"], set(figures["tools_missing"])
+    assert set(t) == ISSUE_11 | set(ISSUE_13) | {"list_agents_requests", "list_agents_100_wall_ms"}
+    assert all({"value", "target", "source", "pass"} <= set(v) for v in t.values())
+    for name, verdict in t.items():
+        if name in ISSUE_13 and ISSUE_13[name] in missing:
+            assert figures[name] is None and verdict["pass"] is None, name
+        elif name not in figures["errors"]:
+            assert isinstance(verdict["pass"], bool) and verdict["value"] == figures.get(name, verdict["value"])
+    assert figures["errors"] == {}, figures["errors"]
+    for name, tool in ISSUE_13.items():
+        if tool not in missing and name != "wait_first_progress_s":  # a wait may send no progress: a MISS
+            assert number(figures[name], 0, 1_000), name

@@ -11,29 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
-import socket
 import subprocess
 import sys
 
 import httpx
 import pytest
+from processes import clean_env, free_port
+from support import CheckedTransport, fleet_settings
 
 from fleet_mcp import cli
 from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.doctor import Report, diagnose, run
 from fleet_mcp.emulator.app import running
 from fleet_mcp.preflight import StartupError
-from support import CheckedTransport, fleet_settings
 
 DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
 FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]
 SECRET = "s3cr3t-doctor-t0ken"
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
 async def report_of(emulator, conformance, **settings) -> Report:
@@ -152,9 +146,7 @@ async def test_bad_token_or_no_coder_is_a_startup_error(emulator, conformance):
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     with pytest.raises(StartupError, match="Coder refused CODER_SESSION_TOKEN"):
         await run(fleet_settings(coder_session_token="wrong-token"), transport, out=io.StringIO())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(StartupError, match=f"cannot reach Coder at CODER_URL=http://127.0.0.1:{port}"):
         await run(fleet_settings(coder_url=f"http://127.0.0.1:{port}"), out=io.StringIO())
 

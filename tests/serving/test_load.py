@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,35 +22,17 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from processes import SERVER, clean_env, cpu_seconds, emulator_process, http_server
 
-SERVER = [sys.executable, "-m", "fleet_mcp"]
 CLIENTS = 50
 CALLS = 40  # per client: four rounds of the ten calls of `Client.round`
 SEEDED = 2  # running fleet agents per client, seeded before the load
-START_S = 30.0
 LOAD_TIMEOUT_S = 90.0
 ROLES = ["coder", "operator", "manager"]
 PROJECTS = ["fleet-demo", "fleet-research"]
 SEED_SPEC = "Benchmark agent"  # the spec of every agent `POST /emulator/fleet` seeds
+pytestmark = pytest.mark.slow
 TAG = re.compile(r"\blc\d\d\b")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -179,46 +156,17 @@ async def run_client(url: str, client: Client, era: str, start: asyncio.Event) -
 
 @pytest.fixture(scope="module")
 def coder():
-    """A `fleet-mcp emulator` on a real socket (real time): (CODER_URL, token)."""
-    proc = subprocess.Popen([*SERVER, "emulator", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, env=clean_env())
-    try:
-        settings = dict(proc.stdout.readline().strip().partition("=")[::2] for _ in range(2))
-        yield settings["CODER_URL"], settings["CODER_SESSION_TOKEN"], proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=START_S)
+    """A `fleet-mcp emulator` on a real socket (real time)."""
+    with emulator_process() as emulated:
+        yield emulated
 
 
 @pytest.fixture(scope="module")
-def fleet_url(coder, tmp_path_factory):
+def fleet(coder, tmp_path_factory):
     """`fleet-mcp --transport http` on a free loopback port, pointed at the emulator."""
-    coder_url, token, _ = coder
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    log_path = tmp_path_factory.mktemp("load") / "server.log"
-    with open(log_path, "w+") as log:
-        proc = subprocess.Popen([*SERVER, "--transport", "http", "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                env=clean_env(CODER_URL=coder_url, CODER_SESSION_TOKEN=token))
-        try:
-            deadline = time.monotonic() + START_S
-            while True:
-                assert proc.poll() is None, log_path.read_text()
-                try:
-                    httpx.get(url, timeout=2)  # any HTTP answer means it serves
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, "the fleet server did not come up"
-                    time.sleep(0.05)
-            yield url, log_path, proc.pid
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=START_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with http_server(tmp_path_factory.mktemp("load"), command=SERVER,
+                     env=clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token)) as server:
+        yield server
 
 
 def seed_clients(coder_url: str, token: str) -> list[Client]:
@@ -243,10 +191,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def test_fifty_clients_forty_calls_each(coder, fleet_url, capsys):
-    url, log_path, fleet_pid = fleet_url
-    clients = seed_clients(*coder[:2])
-    pids = {"fleet server": fleet_pid, "emulator": coder[2]}
+def test_fifty_clients_forty_calls_each(coder, fleet, capsys):
+    url = fleet.url
+    clients = seed_clients(coder.url, coder.token)
+    pids = {"fleet server": fleet.proc.pid, "emulator": coder.proc.pid}
     cpu_before = {k: cpu_seconds(pid) for k, pid in pids.items()}
     own_before = time.process_time()
 
@@ -280,5 +228,5 @@ def test_fifty_clients_forty_calls_each(coder, fleet_url, capsys):
     assert not problems, "\n".join(problems[:20])
     assert len(records) == CLIENTS * CALLS
     assert set(outcomes) <= {"ok", "conflict"}, outcomes
-    logs = log_path.read_text()
+    logs = fleet.logs()
     assert "Traceback" not in logs and "unexpected" not in logs, logs[-3000:]

@@ -5,46 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import signal
 import subprocess
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, clean_env, free_port
+from processes import SERVER, WAIT_S, Lines, clean_env, emulator_process, free_port, http_server, refusal
 
 TOOLS = {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "show_agent_log",
          "delete_agent", "start_agent_task", "cancel_agent_task", "list_agent_roles", "list_agent_projects"}
 ERAS = {"initialize": "2025-11-25", "discover": "2026-07-28"}
 SECRET = "s3cr3t-t0ken-do-not-print"
-
-
-class Lines:
-    """A subprocess pipe read by a thread, so every read can be bounded."""
-
-    def __init__(self, pipe) -> None:
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, args=(pipe,), daemon=True).start()
-
-    def _pump(self, pipe) -> None:
-        for line in pipe:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next(self, timeout: float = WAIT_S) -> str | None:
-        return self.lines.get(timeout=timeout)
-
-    def rest(self, timeout: float = WAIT_S) -> list[str]:
-        out = []
-        while (line := self.next(timeout)) is not None:
-            out.append(line)
-        return out
 
 
 async def tour(session: ClientSession, era: str) -> None:
@@ -126,30 +100,12 @@ def test_stdio_stdout_carries_nothing_but_protocol():
 # --- HTTP on a real socket --------------------------------------------------------
 
 def test_http_serves_both_eras_and_stops_cleanly_on_sigterm(tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
-        proc = subprocess.Popen([*SERVER, "--emulator", "--transport", "http", "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=out, stderr=err, env=clean_env())
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while True:
-                assert proc.poll() is None, (tmp_path / "err").read_text()
-                try:
-                    httpx.get(url, timeout=2)  # any HTTP answer means it serves
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, "the HTTP server did not come up"
-                    time.sleep(0.05)
-            asyncio.run(http_sessions(url))
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(WAIT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    logs = (tmp_path / "err").read_text()
-    assert code == 0, logs
-    assert "Traceback" not in logs
+    with http_server(tmp_path) as server:
+        asyncio.run(http_sessions(server.url))
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(WAIT_S)
+    assert code == 0, server.logs()
+    assert "Traceback" not in server.logs()
 
 
 async def http_sessions(url: str) -> None:
@@ -177,16 +133,9 @@ async def tour_again(session: ClientSession, era: str) -> None:
 @pytest.fixture(scope="module")
 def coder_url() -> Iterator[str]:
     """A `fleet-mcp emulator` on a real socket whose token is not SECRET."""
-    proc = subprocess.Popen([*SERVER, "emulator", "--port", "0", "--token", "the-right-token"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=clean_env())
-    lines = Lines(proc.stdout)
-    try:
-        settings = dict(lines.next().strip().partition("=")[::2] for _ in range(2))
-        assert settings["CODER_SESSION_TOKEN"] == "the-right-token"
-        yield settings["CODER_URL"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=WAIT_S)
+    with emulator_process("--token", "the-right-token") as emulated:
+        assert emulated.token == "the-right-token"
+        yield emulated.url
 
 
 @pytest.mark.parametrize(("cause", "expected"), [
@@ -209,9 +158,6 @@ def test_startup_failure_is_exit_2_and_one_line(request, tmp_path, cause, expect
     # A temp cwd: no .env of the developer's is read.
     done = subprocess.run(SERVER, env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
                           timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
-    assert done.returncode == 2, done.stderr
-    assert done.stdout == ""
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("fleet-mcp: ") and expected in lines[0], lines[0]
+    line = refusal(done)
+    assert line.startswith("fleet-mcp: ") and expected in line, line
     assert SECRET not in done.stderr

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ import pytest
 import pytest_asyncio
 from conformance import Conformance
 from fastmcp import Client
+from processes import free_port
 from support import CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp.coder import client as coder_client
@@ -172,12 +172,6 @@ class Rig:
     seen_unexpected: list[str] = field(default_factory=list)
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed on leaving: connections are refused
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     conformance: Conformance = request.config.stash[Conformance.KEY]
@@ -192,7 +186,7 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
             profiles = {
                 "main": fleet_settings(coder_url=url, request_timeout_s=0.3, retry_budget_s=0.1, **common),
                 "slow": fleet_settings(coder_url=url, request_timeout_s=0.2, retry_budget_s=1.0, **common),
-                "refused": fleet_settings(coder_url=f"http://127.0.0.1:{closed_port()}", request_timeout_s=0.3,
+                "refused": fleet_settings(coder_url=f"http://127.0.0.1:{free_port()}", request_timeout_s=0.3,
                                           retry_budget_s=0.1, **common),
             }
             clients = {name: Client(build_server(s, transport=CheckedTransport(httpx.AsyncHTTPTransport(),

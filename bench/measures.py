@@ -1,0 +1,305 @@
+"""What the benchmark measures, phase by phase, against the stand-in Coder (see run.py for the figures).
+
+Each phase records the answers its calls need from the emulator first (the stand-in in `record`
+mode), then measures with the stand-in replaying them after the injected latency: the fleet's
+own work is what is left of a call's wall time once the time Coder held its requests is taken out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from coder import Coder, call, http_session, stdio_session
+from mcp import ClientSession
+from processes import clean_env, cpu_seconds, fleet_command, http_server, rss_kb
+
+BARE_SERVER = textwrap.dedent('''\
+    import sys
+
+    from fastmcp import FastMCP
+
+    mcp = FastMCP("bare")
+
+
+    @mcp.tool
+    async def echo(text: str) -> str:
+        """Say it back."""
+        return text
+
+
+    if __name__ == "__main__":
+        if "--transport" in sys.argv:  # --transport http --host H --port P
+            mcp.run(transport="http", host=sys.argv[4], port=int(sys.argv[6]), show_banner=False)
+        else:
+            mcp.run(transport="stdio", show_banner=False)
+    ''')
+POLL_GAP_S = 0.25  # requests further apart than this belong to different polls of wait_for_agents
+WAIT_TIMEOUT_S = 11  # long enough to see a first progress notification sent within 10 s
+ERAS = {"initialize": "", "discover": "_2026"}  # protocol era -> suffix of its figures
+ISSUE_13_TOOLS = ("wait_for_agents", "show_agents")
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1e3, 2)
+
+
+def med(values) -> float:
+    return statistics.median(list(values))
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, coder: Coder, workdir: str) -> None:
+        self.args = args
+        self.coder = coder
+        self.workdir = workdir
+        self.latency_ms = args.latency_ms
+        bare = Path(workdir, "bare_server.py")
+        bare.write_text(BARE_SERVER)
+        self.bare_cmd = [sys.executable, str(bare)]
+        self.fleet_cmd = fleet_command()
+        self.bare_env = clean_env()
+        self.fleet_env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token)
+        self.tools: set[str] = set()
+
+    async def timed(self, session: ClientSession, tool: str, **arguments) -> tuple[float, dict, dict]:
+        """(wall seconds, the stand-in's counts, answer) of one call."""
+        self.coder.clear()
+        t0 = time.perf_counter()
+        answer = await call(session, tool, **arguments)
+        wall = time.perf_counter() - t0
+        return wall, self.coder.stats(), answer
+
+    def misses(self, stats: dict) -> None:
+        if stats["misses"]:
+            raise RuntimeError(f"the stand-in had no recorded answer for {stats['misses'][:5]}")
+
+    # --- show_agent, create_agent, list_agents over stdio ---------------------------------
+
+    async def calls(self, calls: int, runs: int) -> dict:
+        """Records what the tools ask Coder on a fleet of 10 agents, then measures show_agent and create_agent."""
+        out: dict = {}
+        names = self.coder.reseed(10)
+        self.coder.record()
+        async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
+            await session.initialize()
+            self.tools = {t.name for t in (await session.list_tools()).tools}
+            for tool, arguments in [("list_agent_projects", {}), ("list_agents", {}),
+                                    *[("show_agent", {"agent_name": n}) for n in names],
+                                    ("create_agent", {"name": "made-0", "project": "fleet-demo", "spec": "Bench."})]:
+                await call(session, tool, **arguments)
+
+            out.update(await self.show_agent(session, names, calls, runs))
+            out.update(await self.create_agent(session, runs))
+        out["standin_cost_ms"] = round(self.coder.own_cost_ms(200), 3)
+        return out
+
+    async def show_agent(self, session: ClientSession, names: list[str], calls: int, runs: int) -> dict:
+        """show_agent's overhead, wall / latency, requests and dependent round trips (answers recorded)."""
+        out: dict = {}
+        self.coder.replay(self.latency_ms)
+        shows = []
+        for i in range(calls + 3):
+            wall, stats, answer = await self.timed(session, "show_agent", agent_name=names[i % len(names)])
+            self.misses(stats)
+            if answer["agent"]["name"] != names[i % len(names)]:
+                raise RuntimeError(f"show_agent answered about {answer['agent']['name']}")
+            shows.append((wall, stats))
+        shows = shows[3:]
+        out["tool_overhead_ms"] = ms(med(w - s["busy_ms"] / 1e3 for w, s in shows))
+        out["show_agent_wall_ms"] = ms(med(w for w, _ in shows))
+        out["show_agent_latencies"] = round(med(w for w, _ in shows) * 1e3 / self.latency_ms, 2)
+        out["show_agent_requests"] = int(med(s["requests"] for _, s in shows))
+        out["show_agent_routes"] = shows[-1][1]["routes"]
+        out["standin_latency_error_ms"] = round(med(h for _, s in shows for h in s["holds_ms"]) - self.latency_ms,
+                                                3)
+
+        # Dependent round trips: at a latency far above the fleet's own time, wall / latency rounds to them.
+        rt_latency = self.args.round_trip_latency_ms
+        self.coder.replay(rt_latency)
+        walls = []
+        for i in range(runs):
+            wall, stats, _ = await self.timed(session, "show_agent", agent_name=names[i])
+            self.misses(stats)
+            walls.append(wall)
+        out["show_agent_round_trips"] = round(med(walls) * 1e3 / rt_latency)
+        return out
+
+    async def create_agent(self, session: ClientSession, runs: int) -> dict:
+        """create_agent's Coder requests and wall time with warm caches (`made-0`'s answers recorded)."""
+        out: dict = {}
+        self.coder.replay(self.latency_ms)
+        creates = []
+        for _ in range(runs + 1):  # the first one warms whatever the server caches
+            wall, stats, answer = await self.timed(session, "create_agent", name="made-0", project="fleet-demo",
+                                                   spec="Bench.")
+            self.misses(stats)
+            if answer["agent"]["name"] != "made-0":
+                raise RuntimeError(f"create_agent answered about {answer['agent']['name']}")
+            creates.append((wall, stats))
+        out["create_agent_wall_ms"] = ms(med(w for w, _ in creates[1:]))
+        out["create_agent_requests"] = int(med(s["requests"] for _, s in creates[1:]))
+        out["create_agent_routes"] = creates[-1][1]["routes"]
+        return out
+
+    async def list_sizes(self, sizes: list[int], runs: int) -> dict:
+        """list_agents at each fleet size: wall, Coder requests, and the fleet's own time (wall - Coder's hold)."""
+        out = {}
+        async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
+            for size in sizes:
+                self.coder.reseed(size)
+                self.coder.record()
+                if size == sizes[0]:
+                    await session.initialize()
+                await call(session, "list_agents")
+                self.coder.replay(self.latency_ms)
+                measured = []
+                for _ in range(runs):
+                    wall, stats, answer = await self.timed(session, "list_agents")
+                    self.misses(stats)
+                    if answer["total_count"] != size:
+                        raise RuntimeError(f"list_agents found {answer['total_count']} agents of {size}")
+                    measured.append((wall, stats))
+                requests = {s["requests"] for _, s in measured}
+                out[str(size)] = {"wall_ms": ms(med(w for w, _ in measured)), "coder_requests": max(requests),
+                                  "coder_requests_varied": len(requests) > 1,
+                                  "overhead_ms": ms(med(w - s["busy_ms"] / 1e3 for w, s in measured))}
+        return {"list_agents": out}
+
+    async def bare_calls(self, calls: int) -> dict:
+        """Median wall time of the bare server's trivial call over stdio: the MCP round trip alone."""
+        async with stdio_session(self.bare_cmd, self.bare_env, self.workdir) as (session, _):
+            await session.initialize()
+            walls = []
+            for _ in range(calls + 3):
+                t0 = time.perf_counter()
+                await call(session, "echo", text="hi")
+                walls.append(time.perf_counter() - t0)
+        return {"bare_tool_call_ms": ms(med(walls[3:]))}
+
+    # --- start-up and memory ------------------------------------------------------------
+
+    async def cold_start(self, kind: str, first_agent: str) -> tuple[float, int, float]:
+        """(spawn -> tools/list answered, VmRSS after three calls, CPU ms the server used until tools/list)."""
+        command, env = (self.fleet_cmd, self.fleet_env) if kind == "fleet" else (self.bare_cmd, self.bare_env)
+        t0 = time.perf_counter()
+        async with stdio_session(command, env, self.workdir) as (session, pid):
+            await session.initialize()
+            tools = (await session.list_tools()).tools
+            started = time.perf_counter() - t0
+            used = cpu_seconds(pid) * 1e3
+            if len(tools) < (10 if kind == "fleet" else 1):
+                raise RuntimeError(f"{kind}: only {len(tools)} tools listed")
+            calls = ([("list_agent_projects", {}), ("list_agents", {}), ("show_agent", {"agent_name": first_agent})]
+                     if kind == "fleet" else [("echo", {"text": "hi"})] * 3)
+            for tool, arguments in calls:
+                await call(session, tool, **arguments)
+            return started, rss_kb(pid), used
+
+    async def cold_starts(self, runs: int) -> dict:
+        """Alternating spawns of the bare and the fleet server (the stand-in answering at the latency)."""
+        self.coder.replay(self.latency_ms)
+        seen: dict[str, list[tuple[float, int, float]]] = {"fleet": [], "bare": []}
+        for i in range(runs):
+            for kind in (("bare", "fleet") if i % 2 == 0 else ("fleet", "bare")):
+                seen[kind].append(await self.cold_start(kind, "bench-0001"))
+        self.misses(self.coder.stats())
+        start = {k: med(s for s, _, _ in v) for k, v in seen.items()}
+        mem = {k: med(r for _, r, _ in v) for k, v in seen.items()}
+        busy = {k: med(c for _, _, c in v) for k, v in seen.items()}
+        return {"cold_start_ratio": round(start["fleet"] / start["bare"], 3),
+                "cold_start_ms": {k: ms(v) for k, v in start.items()},
+                # CPU the server used until tools/list: less sensitive to other load on the machine.
+                "cold_start_cpu_ratio": round(busy["fleet"] / busy["bare"], 3),
+                "cold_start_cpu_ms": {k: round(v, 1) for k, v in busy.items()},
+                "rss_ratio": round(mem["fleet"] / mem["bare"], 3),
+                "rss_kb": {k: int(v) for k, v in mem.items()}}
+
+    # --- server CPU per call over streamable HTTP -----------------------------------------
+
+    async def server_cpu(self, calls: int) -> dict:
+        """CPU ms per call of the fleet's list_agents (10 agents) and the bare server's echo, over HTTP, in
+        each protocol era (the 2026-07-28 era's calls cost the server more); the ratio is the worse era's."""
+        self.coder.replay(0)
+        out: dict[str, float] = {}
+        for kind, command, env, tool, arguments in [
+                ("fleet_list_agents", self.fleet_cmd, self.fleet_env, "list_agents", {}),
+                ("bare_echo", self.bare_cmd, self.bare_env, "echo", {"text": "hi"})]:
+            with http_server(Path(self.workdir), command=command, env=env) as server:
+                for era, suffix in ERAS.items():
+                    async with http_session(server.url, era) as session:
+                        for _ in range(10):  # warm: lazily built validators, first-use imports
+                            answer = await call(session, tool, **arguments)
+                        before = cpu_seconds(server.proc.pid)
+                        for _ in range(calls):
+                            await call(session, tool, **arguments)
+                        out[kind + suffix] = round((cpu_seconds(server.proc.pid) - before) * 1e3 / calls, 3)
+            if kind == "fleet_list_agents" and answer["total_count"] != 10:
+                raise RuntimeError(f"list_agents found {answer['total_count']} agents of 10")
+        self.misses(self.coder.stats())
+        ratios = {suffix: out["fleet_list_agents" + suffix] / out["bare_echo" + suffix] for suffix in ERAS.values()}
+        return {"server_cpu_ms_per_call": out, "server_cpu_ratio": round(max(ratios.values()), 2)}
+
+    # --- issue 13's tools, when the server has them -----------------------------------------
+
+    async def issue_13(self, runs: int) -> dict:
+        out: dict = {"wait_requests_per_poll": None, "wait_polls": None, "wait_first_progress_s": None,
+                     "show_agents_20_latencies": None, "errors": {}}
+        missing = [t for t in ISSUE_13_TOOLS if t not in self.tools]
+        out["tools_missing"] = missing
+        if len(missing) == len(ISSUE_13_TOOLS):
+            return out
+        async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
+            await session.initialize()
+            for tool, measure in (("show_agents", self.show_agents), ("wait_for_agents", self.wait_for_agents)):
+                if tool in missing:
+                    continue
+                try:
+                    out.update(await measure(session, runs))
+                except Exception as exc:  # noqa: BLE001 - a failing new tool is a finding to print, not a crash
+                    out["errors"][tool] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return out
+
+    async def show_agents(self, session: ClientSession, runs: int) -> dict:
+        names = self.coder.reseed(20)
+        self.coder.record()
+        await call(session, "show_agents", agent_names=names)
+        self.coder.replay(self.latency_ms)
+        walls = []
+        for _ in range(runs):
+            wall, stats, _ = await self.timed(session, "show_agents", agent_names=names)
+            self.misses(stats)
+            walls.append(wall)
+        return {"show_agents_20_latencies": round(med(walls) * 1e3 / self.latency_ms, 2)}
+
+    async def wait_for_agents(self, session: ClientSession, runs: int) -> dict:
+        """Waits on 100 running agents for a condition that never comes, until its timeout."""
+        names = self.coder.reseed(100)
+        self.coder.record()
+        await call(session, "wait_for_agents", agent_names=names, until="stopped", timeout_s=1)
+        self.coder.replay(self.latency_ms)
+        progress: list[float] = []
+
+        async def heard(done: float, total: float | None, message: str | None) -> None:
+            progress.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        answer = await call(session, "wait_for_agents", heard, agent_names=names, until="stopped",
+                            timeout_s=WAIT_TIMEOUT_S)
+        stats = self.coder.stats()
+        self.misses(stats)
+        if not answer.get("timed_out"):
+            raise RuntimeError(f"wait_for_agents did not time out: {str(answer)[:300]}")
+        polls: list[int] = []
+        last = None
+        for arrived in stats["arrivals_ms"]:
+            if last is None or arrived - last > POLL_GAP_S * 1e3:
+                polls.append(0)
+            polls[-1] += 1
+            last = arrived
+        return {"wait_requests_per_poll": max(polls) if polls else 0, "wait_polls": len(polls),
+                "wait_first_progress_s": round(progress[0], 2) if progress else None}

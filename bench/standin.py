@@ -1,0 +1,192 @@
+#!/usr/bin/env python
+"""A stand-in Coder that costs ~nothing: answers recorded from a real one, served again from a dict.
+
+    python bench/standin.py --upstream http://127.0.0.1:PORT     # prints STANDIN_URL=http://127.0.0.1:<port>
+
+In `record` mode every request goes on to the upstream (the emulator) and its answer is kept under
+method + path + query (the request line's target, as sent); in `replay` mode the answer comes from
+that dict after a fixed injected latency, or is a 404 (a miss, counted) for a request never seen.
+Control routes, never recorded nor counted:
+
+    POST   /_standin/record                  pass on and record (no injected latency)
+    POST   /_standin/replay?latency_ms=20     answer from the records
+    GET    /_standin/stats                   requests, misses, busy_ms, max_in_flight, holds_ms, arrivals_ms,
+                                             routes
+    DELETE /_standin/stats                   count again from zero
+
+`busy_ms` is the time at least one request was in the stand-in's hands (read in full -> answer
+written): the time its client spent waiting on "Coder", whether its requests were sequential or
+concurrent. A raw asyncio protocol with hand-rolled HTTP/1.1 (Content-Length bodies, keep-alive),
+answers prebuilt as bytes: its own cost is tens of microseconds a request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http
+import json
+import socket
+import sys
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+HOP_HEADERS = {"host", "content-length", "connection", "accept-encoding", "keep-alive", "transfer-encoding"}
+UPSTREAM_TIMEOUT_S = 30.0
+
+
+def response(status: int, body: bytes, content_type: str = "application/json") -> bytes:
+    head = (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\ncontent-type: {content_type}\r\n"
+            f"content-length: {len(body)}\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+class Book:
+    """The recorded answers, the mode, and what replay has counted."""
+
+    def __init__(self, upstream: str) -> None:
+        self.answers: dict[tuple[str, str], bytes] = {}
+        self.replaying = False
+        self.latency_s = 0.0
+        self.upstream = httpx.AsyncClient(base_url=upstream, timeout=UPSTREAM_TIMEOUT_S)
+        self.clear()
+
+    def clear(self) -> None:
+        self.t0 = time.monotonic()
+        self.requests = self.in_flight = self.max_in_flight = 0
+        self.misses: list[str] = []
+        self.busy_s = 0.0
+        self.busy_since = 0.0
+        self.holds: list[float] = []
+        self.arrivals: list[float] = []
+        self.routes: list[str] = []
+
+    def stats(self) -> dict:
+        return {"requests": self.requests, "misses": self.misses, "busy_ms": self.busy_s * 1e3,
+                "max_in_flight": self.max_in_flight, "holds_ms": [h * 1e3 for h in self.holds],
+                "arrivals_ms": [a * 1e3 for a in self.arrivals], "routes": self.routes}
+
+    async def record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bytes:
+        url = httpx.URL(str(self.upstream.base_url).rstrip("/")).copy_with(raw_path=target.encode("latin-1"))
+        sent = {k: v for k, v in headers.items() if k not in HOP_HEADERS}
+        answer = await self.upstream.request(method, url, headers=sent, content=body)
+        raw = response(answer.status_code, answer.content, answer.headers.get("content-type", "application/json"))
+        self.answers[(method, target)] = raw
+        return raw
+
+    async def replay(self, method: str, target: str) -> bytes:
+        now = time.monotonic()
+        self.requests += 1
+        self.arrivals.append(now - self.t0)
+        self.routes.append(f"{method} {target.split('?', 1)[0]}")
+        if self.in_flight == 0:
+            self.busy_since = now
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        raw = self.answers.get((method, target))
+        if raw is None:
+            self.misses.append(f"{method} {target}")
+            raw = response(404, json.dumps({"message": "The stand-in has no recorded answer."}).encode())
+        return raw
+
+    def answered(self, since: float) -> None:
+        now = time.monotonic()
+        self.holds.append(now - since)
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.busy_s += now - self.busy_since
+
+    def control(self, method: str, target: str) -> bytes:
+        parts = urlsplit(target)
+        if (method, parts.path) == ("POST", "/_standin/record"):
+            self.replaying, self.latency_s = False, 0.0
+        elif (method, parts.path) == ("POST", "/_standin/replay"):
+            self.replaying = True
+            self.latency_s = float(parse_qs(parts.query).get("latency_ms", ["0"])[0]) / 1e3
+            self.clear()
+        elif (method, parts.path) == ("DELETE", "/_standin/stats"):
+            self.clear()
+        elif (method, parts.path) != ("GET", "/_standin/stats"):
+            return response(404, b'{"message": "no such control route"}')
+        return response(200, json.dumps(self.stats()).encode())
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: requests parsed as they arrive, answered in order."""
+
+    def __init__(self, book: Book) -> None:
+        self.book = book
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.queue: asyncio.Queue[tuple[str, str, dict[str, str], bytes, float]] = asyncio.Queue()
+        self.worker: asyncio.Task | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.worker = asyncio.get_running_loop().create_task(self.serve())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.worker:
+            self.worker.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            lines = self.buffer[:end].decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", "0"))
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = bytes(self.buffer[end + 4:end + 4 + length])
+            del self.buffer[:end + 4 + length]
+            method, target, _ = lines[0].split(" ", 2)
+            self.queue.put_nowait((method, target, headers, body, time.monotonic()))
+
+    async def serve(self) -> None:
+        assert self.transport is not None
+        while True:
+            method, target, headers, body, since = await self.queue.get()
+            if target.startswith("/_standin/"):
+                self.transport.write(self.book.control(method, target))
+            elif self.book.replaying:
+                self.transport.write(await self.book.replay(method, target))
+                self.book.answered(since)
+            else:
+                self.transport.write(await self.book.record(method, target, headers, body))
+            if headers.get("connection", "").lower() == "close":
+                self.transport.close()
+                return
+
+
+async def serve(upstream: str) -> None:
+    book = Book(upstream)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Connection(book), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    print(f"STANDIN_URL=http://127.0.0.1:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream", required=True, help="the Coder (emulator) URL whose answers are recorded")
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(serve(args.upstream))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
