@@ -76,7 +76,7 @@ class Waits:
         interval = settings.wait_poll_interval_s
         loop = asyncio.get_running_loop()
         started = loop.time()
-        page = await self.listing.get(max_age=interval)
+        page = await self.listing.get(max_age=0)  # names are checked against now: an agent just created counts
         known = {ws.name.lower(): ws for ws in page.workspaces}
         missing = [n for n in names if n.lower() not in known]
         if missing:

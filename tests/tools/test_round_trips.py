@@ -55,13 +55,26 @@ async def test_show_agent_is_two_dependent_round_trips(measured, emulator):
     assert transport.most == 3  # the three after the workspace go together
 
 
-async def test_create_agent_with_warm_caches_makes_two_requests(measured, emulator):
-    tools, _ = measured
-    await tools("list_agent_roles", project="fleet-demo")  # warms parameters and presets
-    emulator.backend.requests.clear()
-    created = await tools("create_agent", name="quick", project="fleet-demo", spec="Go.")
+async def test_create_agent_with_warm_caches_makes_two_requests(emulator, conformance):
+    transport = Concurrency(CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
+    async with Client(build_server(fleet_settings(max_agents=0), transport=transport)) as client:
+        tools = Tools(client)
+        await tools("list_agent_roles", project="fleet-demo")  # warms parameters and presets
+        emulator.backend.requests.clear()
+        created = await tools("create_agent", name="quick", project="fleet-demo", spec="Go.")
     assert created["agent"]["name"] == "quick"
     assert dict(emulator.backend.requests) == {"GET /api/v2/templates": 1, "POST /api/v2/users/{user}/workspaces": 1}
+
+
+async def test_the_fleet_cap_costs_a_request_but_no_round_trip(measured, emulator):
+    tools, transport = measured
+    await tools("list_agent_roles", project="fleet-demo")
+    emulator.backend.requests.clear()
+    transport.most = 0
+    await tools("create_agent", name="capped", project="fleet-demo", spec="Go.")
+    assert dict(emulator.backend.requests) == {"GET /api/v2/templates": 1, "GET /api/v2/workspaces": 1,
+                                               "POST /api/v2/users/{user}/workspaces": 1}
+    assert transport.most == 2  # the count goes along with the templates
 
 
 async def test_a_template_push_is_seen_at_once(measured, emulator):
