@@ -1,0 +1,89 @@
+"""Lifecycle and budgets: stop, start, the fleet cap, autostop and budget refusals, stale fleets visible."""
+
+from __future__ import annotations
+
+import httpx
+from fastmcp import Client
+
+from fleet_mcp.server import build_server
+from support import CheckedTransport, Tools, fleet_settings
+
+SPEC = "Tidy the docs [[finish:1]]"
+
+
+async def make(tools, emulator, *names: str, settle: float = 60) -> None:
+    for name in names:
+        await tools("create_agent", name=name, project="fleet-demo", spec=SPEC)
+    emulator.advance(settle)
+
+
+async def test_stop_then_start_keeps_the_agent_and_its_history(tools, emulator, coder):
+    await make(tools, emulator, "napper")
+    before = (await tools("show_agent_task_history", agent_name="napper"))["total_count"]
+    stopping = (await tools("stop_agent", agent_name="napper"))["agent"]
+    assert stopping["status"] in ("pending", "stopping") and stopping["workspace_status"] in ("pending", "stopping")
+    emulator.advance(30)
+    builds = len((await coder.get(f"/api/v2/workspaces/{stopping['workspace_id']}/builds")).json())
+    again = (await tools("stop_agent", agent_name="napper"))["agent"]  # idempotent: answers it as it is
+    assert again["status"] == "stopped" and again["status_source"] == "build"
+    assert len((await coder.get(f"/api/v2/workspaces/{stopping['workspace_id']}/builds")).json()) == builds
+    refused = await tools.error("start_agent_task", agent_name="napper", task_description="More")
+    assert refused["error"] == "bad_request" and "start_agent" in refused["message"]
+    listed = (await tools("list_agents", status="stopped"))["agents"]
+    assert [a["name"] for a in listed] == ["napper"] and listed[0]["last_activity_at"].endswith("Z")
+    started = (await tools("start_agent", agent_name="napper"))["agent"]
+    assert started["status"] in ("pending", "starting")
+    emulator.advance(60)
+    shown = (await tools("show_agent", agent_name="napper"))["agent"]
+    assert shown["status"] == "idle" and shown["workspace_status"] == "running"
+    assert (await tools("show_agent_task_history", agent_name="napper"))["total_count"] >= before
+    assert (await tools("start_agent", agent_name="napper"))["agent"]["status"] == "idle"  # already started
+    sent = await tools("start_agent_task", agent_name="napper", task_description="Carry on [[finish:1]]")
+    assert sent["agent_status"] == "busy"
+
+
+async def test_a_stopped_agent_is_deleted_without_a_start(tools, emulator, coder):
+    await make(tools, emulator, "retired")
+    await tools("stop_agent", agent_name="retired")
+    emulator.advance(30)
+    deleted = await tools("delete_agent", agent_name="retired")
+    assert deleted["already_deleted"] is False
+    emulator.advance(30)
+    builds = (await coder.get(f"/api/v2/workspaces/{deleted['deleted_agent']['workspace_id']}/builds")).json()
+    assert [b["transition"] for b in builds][:2] == ["delete", "stop"]
+
+
+async def test_the_cap_holds_across_two_servers(emulator, conformance):
+    def server():
+        transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+        return Client(build_server(fleet_settings(max_agents=3), transport=transport))
+
+    async with server() as a, server() as b:
+        one, two = Tools(a), Tools(b)
+        for i, tools in enumerate([one, two, one]):
+            assert (await tools("create_agent", name=f"cap-{i}", project="fleet-demo", spec=SPEC))["agent"]
+        for tools in (one, two):
+            refused = await tools.error("create_agent", name="cap-x", project="fleet-demo", spec=SPEC)
+            assert refused["error"] == "conflict" and refused["details"] == {"agents": 3, "max_agents": 3}
+            assert "FLEET_MCP_MAX_AGENTS" in refused["message"] and "Delete" in refused["message"]
+        emulator.advance(60)
+        assert (await one("delete_agent", agent_name="cap-0"))["already_deleted"] is False
+        emulator.advance(60)
+        made = await two("create_agent", name="cap-3", project="fleet-demo", spec=SPEC)
+        assert made.get("agent"), made
+
+
+async def test_budgets_need_a_runner_project(tools):
+    for field, value in (("model", "haiku"), ("max_turns", 5), ("max_cost_usd", 1.5)):
+        refused = await tools.error("create_agent", name="thrifty", project="fleet-demo", spec=SPEC, **{field: value})
+        assert refused["error"] == "bad_request" and "runner" in refused["message"], refused
+    assert (await tools("list_agents"))["agents"] == []
+
+
+async def test_autostop_is_bounded(tools):
+    for minutes in (0, -5, 7 * 24 * 60 + 1):
+        refused = await tools.error("create_agent", name="sleepy", project="fleet-demo", spec=SPEC,
+                                    autostop_minutes=minutes)
+        assert refused["error"] == "bad_request" and refused["details"]["field"] == "autostop_minutes"
+    created = await tools("create_agent", name="sleepy", project="fleet-demo", spec=SPEC, autostop_minutes=30)
+    assert created["agent"]["name"] == "sleepy"
