@@ -10,14 +10,15 @@ from .errors import FleetError
 
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
-    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "RUNNER_PARAMETERS", "PR_LINK", "PROJECT", "ROLE", "SPEC", "TASK", "check_name", "check_text",
+    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
+    "RUNNER_PARAMETERS", "SPEC", "TASK", "check_name", "check_text",
     "iso", "paginate",
 ]
 
 # `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
 NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*\Z")
 MAX_NAME = 20
-MAX_SPEC = 65_536
+MAX_SPEC = 65_536  # bytes of UTF-8
 LIST_TASK_CHARS = 200
 LOG_MESSAGE_CHARS = 4_000
 MANAGED, ROLE, PROJECT, SPEC, TASK = (
@@ -43,11 +44,21 @@ def check_name(name: str) -> None:
 
 
 def check_text(field: str, text: str) -> None:
+    """A spec or task Coder can store and the template can hand on: not blank, no NUL (PostgreSQL text refuses
+    it), valid Unicode, and at most `MAX_SPEC` bytes of UTF-8 (the spec travels in a 128 KiB environment)."""
     if not text.strip():
         raise FleetError("bad_request", f"{field} must not be empty.", {"field": field})
-    if len(text) > MAX_SPEC:
-        raise FleetError("bad_request", f"{field} is {len(text)} characters; at most {MAX_SPEC} are allowed.",
-                         {"field": field, "max": MAX_SPEC})
+    if "\x00" in text:
+        raise FleetError("bad_request", f"{field} contains a NUL character, which Coder cannot store.",
+                         {"field": field})
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise FleetError("bad_request", f"{field} is not valid Unicode text (it holds a lone surrogate).",
+                         {"field": field}) from None
+    if size > MAX_SPEC:
+        raise FleetError("bad_request", f"{field} is {size} bytes of UTF-8; at most {MAX_SPEC} are allowed.",
+                         {"field": field, "max_bytes": MAX_SPEC})
 
 
 def paginate(total: int, page: int, page_size: int) -> tuple[int, int, int, int]:

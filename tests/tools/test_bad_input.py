@@ -214,7 +214,12 @@ def name_taken(name: object) -> bool:
 
 
 def valid_text(value: object) -> bool:
-    return isinstance(value, str) and bool(value.strip()) and len(value) <= MAX_TEXT
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        return False
+    try:
+        return len(value.encode("utf-8")) <= MAX_TEXT  # a limit in bytes, as Coder's environment counts
+    except UnicodeEncodeError:
+        return False
 
 
 def could_create(args: dict) -> bool:

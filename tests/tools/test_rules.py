@@ -8,7 +8,7 @@ import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
-from fleet_mcp.rules import check_name, iso, paginate
+from fleet_mcp.rules import check_name, check_text, iso, paginate
 from fleet_mcp.status import needs_attention
 
 
@@ -60,3 +60,21 @@ def test_needs_attention(states, expected):
 
 def test_deprecated_flag_still_counts():
     assert needs_attention([WorkspaceAppStatus(state="working", needs_user_attention=True)], 0)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("x" * 65_536, None),
+    ("é" * 32_768, None),  # two bytes each: exactly the limit
+    ("é" * 32_769, "bytes of UTF-8"),
+    ("\U0001f600" * 16_385, "bytes of UTF-8"),  # 65,540 bytes in 16,385 characters
+    ("fine\x00then", "NUL"),
+    ("half \ud800 a pair", "lone surrogate"),
+    ("   ", "must not be empty"),
+])
+def test_text_limits_are_bytes_coder_can_store(text, problem):
+    if problem is None:
+        check_text("spec", text)
+        return
+    with pytest.raises(FleetError) as exc:
+        check_text("spec", text)
+    assert exc.value.error == "bad_request" and problem in exc.value.message
