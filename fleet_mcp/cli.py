@@ -26,8 +26,6 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("--host", default="127.0.0.1")
     emu.add_argument("--port", type=int, default=3000, help="0 picks a free port")
     emu.add_argument("--token", default="demo-token", help="session token of the demo user")
-    emu.add_argument("--coder-version", default="2.37", choices=["2.37", "2.36"],
-                     help="2.36 adds the Tasks API routes")
     emu.add_argument("--seed", default="demo", choices=["demo", "empty"])
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
     doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects")
@@ -39,8 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 def _emulator(args: argparse.Namespace) -> int:
     from .emulator.app import REAL_TIME, Emulator, bind, serve
 
-    emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
-                        coder_version=args.coder_version)
+    emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed)
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host

@@ -20,9 +20,6 @@ from .faults import FaultMiddleware
 from .lifecycle import Timings
 from .proxy import AppHosts, AppProxy
 from .routes import coder_routes
-from .taskrules import Tasks
-from .tasks import task_routes
-from .taskstate import tasks_api
 
 __all__ = ["REAL_TIME", "Emulator", "bind", "running", "serve"]
 
@@ -35,17 +32,14 @@ class Emulator:
     """A local Coder: the backend, its control operations and the ASGI app serving both."""
 
     def __init__(self, *, token: str = "demo-token", virtual: bool = True, timings: Timings | None = None,
-                 seed: str = "demo", coder_version: str = "2.37") -> None:
-        version = f"v{coder_version}.0+emulator"
-        self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings(), version=version)
+                 seed: str = "demo") -> None:
+        self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings())
         self.claude = ClaudeCode(self.backend)  # before the seed, so seeded agents run too
         self.proxy = AppProxy(self.backend, self.claude, AgentAPI(self.claude))
-        self.tasks = Tasks(self.backend, self.claude) if tasks_api(self.backend) else None  # v2.36 only
         self.control = Control(self.backend, token)
         self.control.reset(seed)
         self.app = Starlette(routes=control_routes(self.control) + agent_routes(self.backend, self.claude)
-                             + self.proxy.routes() + (task_routes(self.tasks) if self.tasks else [])
-                             + coder_routes(self.backend), lifespan=self._lifespan)
+                             + self.proxy.routes() + coder_routes(self.backend), lifespan=self._lifespan)
         self.app = FaultMiddleware(self.app, self.control.faults)  # skips /emulator/ itself
         self.app = AppHosts(self.app, self.proxy)  # subdomain app URLs, as their path twins
 

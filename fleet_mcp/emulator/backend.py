@@ -61,7 +61,6 @@ class Backend:
         self.builds: dict[str, Build] = {}
         self.deployment_id = new_id()
         self.sessions: dict[str, object] = {}  # workspace id -> AgentAPI session (claude.Session)
-        self.tasks: dict[str, object] = {}  # task id -> taskrules.Task (Tasks API, v2.36 only)
         self._hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
 
     def count(self, route: str) -> None:

@@ -51,8 +51,6 @@ class ClaudeCode:
         self.backend = backend
         self.clock = backend.clock
         self._prs = itertools.count(101)
-        # A task's prompt (Coder's `data "coder_task"`), set by the Tasks API; it wins over parameters.
-        self.task_prompt: Callable[[Workspace], str] = lambda ws: ""
         backend.lifecycle.listeners.append(self._on_lifecycle)
 
     def session(self, ws: Workspace) -> Session:
@@ -142,8 +140,7 @@ class ClaudeCode:
         if not s.booted:
             s.booted = True
             params = dict(ws.latest_build.parameters)
-            prompt = (self.task_prompt(ws) or params.get("fleet_mcp_agent_spec")
-                      or params.get("fleet_mcp_current_task") or "")
+            prompt = params.get("fleet_mcp_agent_spec") or params.get("fleet_mcp_current_task") or ""
             if prompt:
                 self._begin(ws, s, prompt, user=False)
             else:

@@ -91,7 +91,7 @@ def control_routes(control: Control) -> list[Route]:
         return JSONResponse({"created": len(names), "names": names})
 
     async def template(request: Request) -> Response:
-        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, has_ai_task, ...}."""
+        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...}."""
         data = await _body(request)
         owner = next(u for u in b.users.values() if "owner" in u.roles)
         fleet = {p.name: p for p in seed.fleet_parameters()}
@@ -103,8 +103,7 @@ def control_routes(control: Control) -> list[Route]:
                               description=data.get("description", ""),
                               allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
                               build_error=data.get("build_error", ""),
-                              startup_error=data.get("startup_error", False),
-                              ai_task=bool(data.get("has_ai_task", False)))
+                              startup_error=data.get("startup_error", False))
         return JSONResponse({"id": t.id, "active_version_id": t.active_version_id}, 201)
 
     async def app_proxy(request: Request) -> Response:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from .backend import Backend
 from .state import Organization, ParameterSpec, Preset, Template, TemplateVersion, User, new_id
-from .taskstate import tasks_api
 
 __all__ = ["ROLE_PROMPTS", "add_template", "bulk_fleet", "fleet_parameters", "seed_demo"]
 
@@ -42,15 +41,14 @@ def add_user(b: Backend, username: str, token: str, roles: list[str]) -> User:
 def add_template(b: Backend, name: str, display_name: str, *, owner: User, parameters: list[ParameterSpec],
                  presets: dict[str, dict[str, str]] | None = None, apps: list[str] | None = None,
                  description: str = "", allow_cancel: bool = True, build_error: str = "",
-                 startup_error: bool = False, ai_task: bool = False) -> Template:
+                 startup_error: bool = False) -> Template:
     org = b.default_org()
     template_id, version_id = new_id(), new_id()
     version = TemplateVersion(
         id=version_id, template_id=template_id, name=f"{name}-v1", parameters=parameters,
         presets=[Preset(id=new_id(), name=n, parameters=dict(p), default=(i == 0))
                  for i, (n, p) in enumerate((presets or {}).items())],
-        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error,
-        has_ai_task=ai_task)
+        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error)
     template = Template(id=template_id, organization_id=org.id, name=name, display_name=display_name,
                         description=description, active_version_id=version_id, created_by=owner.id,
                         created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel)
@@ -78,9 +76,6 @@ def seed_demo(b: Backend, token: str, *, settle: bool = True) -> None:
                          parameters=[ParameterSpec("cpu", default_value="2", options=[
                              {"name": "2 cores", "value": "2"}, {"name": "4 cores", "value": "4"}])],
                          description="A plain development workspace")
-    if tasks_api(b):  # Coder v2.36: a template whose coder_ai_task runs Claude Code in `ccw`
-        add_template(b, "tasks-demo", "Tasks Demo", owner=demo, parameters=fleet_parameters(),
-                     presets=role_presets, apps=["ccw"], description="Claude Code tasks (coder_ai_task)", ai_task=True)
     b.create_workspace(demo, "me", {"name": "dev-box", "template_id": plain.id})
     b.create_workspace(demo, "me", {"name": "hand-made", "template_id": fleet.id, "rich_parameter_values": [
         {"name": "fleet_mcp_role", "value": "manager"}, {"name": "fleet_mcp_agent_spec", "value": "Made by hand"}]})

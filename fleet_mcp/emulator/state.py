@@ -77,7 +77,6 @@ class TemplateVersion:
     created_at: datetime
     build_error: str = ""  # non-empty: every build of this version fails with it
     startup_error: bool = False  # the agent's startup script fails (lifecycle start_error)
-    has_ai_task: bool = False  # declares `coder_ai_task`: the Tasks API may run it
 
 
 @dataclass

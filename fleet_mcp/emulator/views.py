@@ -232,14 +232,9 @@ def build_json(build: Build, ws: Workspace, b: Backend) -> dict:
         "reason": build.reason, "resources": resources, "deadline": None, "max_deadline": None,
         "status": build.status, "daily_cost": 0,
         "matched_provisioners": {"count": 1, "available": 1, "most_recently_seen": ts(b.now())},
-        "template_version_preset_id": build.preset_id, "has_ai_task": _task_id(ws, b) is not None,
+        "template_version_preset_id": build.preset_id, "has_ai_task": False,
         "has_external_agent": False,
     }
-
-
-def _task_id(ws: Workspace, b: Backend) -> str | None:
-    """The Tasks API's task run by this workspace (Coder v2.36 only)."""
-    return next((t.id for t in b.tasks.values() if t.workspace_id == ws.id), None)
 
 
 def workspace_json(ws: Workspace, b: Backend) -> dict:
@@ -264,5 +259,5 @@ def workspace_json(ws: Workspace, b: Backend) -> dict:
         "last_used_at": ts(ws.last_used_at or ws.created_at), "deleting_at": None, "dormant_at": None,
         "health": {"healthy": not failing, "failing_agents": failing},
         "automatic_updates": "never", "allow_renames": False, "favorite": False, "next_start_at": None,
-        "is_prebuild": False, "task_id": _task_id(ws, b), "shared_with": [],
+        "is_prebuild": False, "task_id": None, "shared_with": [],
     }
