@@ -38,10 +38,10 @@ class Emulator:
         self.proxy = AppProxy(self.backend, self.claude, AgentAPI(self.claude))
         self.control = Control(self.backend, token)
         self.control.reset(seed)
-        self.app = Starlette(routes=control_routes(self.control) + agent_routes(self.backend, self.claude)
-                             + self.proxy.routes() + coder_routes(self.backend), lifespan=self._lifespan)
-        self.app = FaultMiddleware(self.app, self.control.faults)  # skips /emulator/ itself
-        self.app = AppHosts(self.app, self.proxy)  # subdomain app URLs, as their path twins
+        routes = Starlette(routes=control_routes(self.control) + agent_routes(self.backend, self.claude)
+                           + self.proxy.routes() + coder_routes(self.backend), lifespan=self._lifespan)
+        faulty = FaultMiddleware(routes, self.control.faults)  # skips /emulator/ itself
+        self.app = AppHosts(faulty, self.proxy)  # subdomain app URLs, as their path twins
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:

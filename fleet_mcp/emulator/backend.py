@@ -84,6 +84,9 @@ class Backend:
     def now(self) -> datetime:
         return self.clock.now()
 
+    def app_activity(self, ws: Workspace, previous: str | None, state: str) -> None:
+        """An app status was recorded (`previous` is the app's state before it, None for its first)."""
+
     # --- identity -----------------------------------------------------------
 
     def authenticate(self, token: str | None) -> User:
@@ -273,10 +276,11 @@ class Backend:
                                  validations=[{"field": "template_version_id", "detail": "template not found"}])
             template = self.templates[version.template_id]
         else:
-            template = self.templates.get(parse_uuid(template_id))
-            if not template:
+            found = self.templates.get(parse_uuid(template_id))
+            if not found:
                 raise CoderError(400, f'Template "{template_id}" doesn\'t exist.',
                                  validations=[{"field": "template_id", "detail": "template not found"}])
+            template = found
             version = self.versions[template.active_version_id]
         if org and template.organization_id != org.id:
             raise CoderError(400, f'Template "{template.id}" doesn\'t exist.',

@@ -18,7 +18,8 @@ import itertools
 from collections.abc import Callable
 
 from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
-from .state import Agent, AppStatus, Workspace, new_id
+from .appstatus import record_status
+from .state import Agent, Workspace
 
 __all__ = ["SLUG", "ClaudeCode", "Refusal"]
 
@@ -116,7 +117,7 @@ class ClaudeCode:
         if not running and s.up:
             s.down = True
             self._stop(s)
-        elif running and s.down and app and agent.status == "connected":
+        elif running and s.down and app and agent and agent.status == "connected":
             s.down = False
             self._boot(ws, s)
         if app:
@@ -272,11 +273,11 @@ class ClaudeCode:
                 message_id: int | None = None, self_reported: bool = False) -> None:
         report = s.reporter.accept(state, summary, link, message_id, self_reported)
         agent = self._agent(ws)
-        if report is None or agent is None or len(report.summary.encode()) > 160:
+        app = next((a for a in agent.apps if a.slug == SLUG), None) if agent else None
+        if report is None or agent is None or app is None or len(report.summary.encode()) > 160:
             return  # Coder refuses messages over 160 bytes
-        ws.statuses.append(AppStatus(id=new_id(), created_at=self.clock.now(), app_id=ws.app_ids[SLUG],
-                                     agent_id=agent.id, state=report.state, message=report.summary,
-                                     uri=report.link))
+        # Written as the route would store it, but unsanitized: the scripted summaries carry no markup.
+        record_status(self.backend, ws, agent, app, report.state, report.summary, report.link)
 
     def _later(self, s: Session, delay: float, fn: Callable[[], None]) -> None:
         epoch = s.epoch

@@ -143,7 +143,7 @@ def control_routes(control: Control) -> list[Route]:
 
 
 def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
-    """`/emulator/agents/{workspace}/...` (owner `demo` unless `?owner=`): script, error, process."""
+    """`/emulator/agents/{workspace}/...` (owner `demo` unless `?owner=`): script, error, process, token."""
 
     async def script(request: Request, ws) -> Response:
         """{script: "[[pr]] [[finish:2]]"} or {finish, pr, fail, hang, permission, acp}; {transport}."""
@@ -170,6 +170,13 @@ def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
         s = claude.set_process(ws, bool((await _body(request)).get("running", True)))
         return JSONResponse({"running": s.up})
 
+    async def token(request: Request, ws) -> Response:
+        """The workspace agent's token (CODER_AGENT_TOKEN), as a process inside the workspace gets it."""
+        agents = ws.latest_build.agents
+        if not agents:
+            return JSONResponse({"error": f"workspace {ws.name} has no agent (not started)"}, 409)
+        return JSONResponse({"agent_id": agents[0].id, "agent_name": agents[0].name, "token": agents[0].auth_token})
+
     def run(handler):
         async def route(request: Request) -> Response:
             backend.settle()
@@ -187,4 +194,5 @@ def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
 
     base = "/emulator/agents/{workspace}/"
     return [Route(base + name, run(handler), methods=["POST"])
-            for name, handler in (("script", script), ("error", error), ("process", process))]
+            for name, handler in (("script", script), ("error", error), ("process", process))] + [
+        Route(base + "token", run(token), methods=["GET"])]

@@ -139,6 +139,7 @@ class Agent:
     disconnected_at: datetime | None = None
     started_at: datetime | None = None
     ready_at: datetime | None = None
+    auth_token: str = field(default_factory=new_id)  # CODER_AGENT_TOKEN: a UUIDv4, one per agent
 
 
 @dataclass
