@@ -21,6 +21,9 @@ from .state import ParameterSpec
 
 __all__ = ["Control", "agent_routes", "control_routes"]
 
+SCHEDULE_FIELDS = {"default_ttl_ms": int, "activity_bump_ms": int, "allow_user_autostop": bool,
+                   "max_deadline_ms": int}
+
 
 class Control:
     """Control operations; `token` is the demo user's session token."""
@@ -91,8 +94,12 @@ def control_routes(control: Control) -> list[Route]:
         return JSONResponse({"created": len(names), "names": names})
 
     async def template(request: Request) -> Response:
-        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...}."""
+        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...,
+        default_ttl_ms, activity_bump_ms, allow_user_autostop, max_deadline_ms}."""
         data = await _body(request)
+        for name, kind in SCHEDULE_FIELDS.items():
+            if name in data and (type(data[name]) is not kind or (kind is int and data[name] < 0)):
+                raise ValueError(f"{name} must be a{' non-negative integer' if kind is int else ' boolean'}")
         owner = next(u for u in b.users.values() if "owner" in u.roles)
         fleet = {p.name: p for p in seed.fleet_parameters()}
         params = [fleet[p] if isinstance(p, str) and p in fleet else
@@ -103,7 +110,8 @@ def control_routes(control: Control) -> list[Route]:
                               description=data.get("description", ""),
                               allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
                               build_error=data.get("build_error", ""),
-                              startup_error=data.get("startup_error", False))
+                              startup_error=data.get("startup_error", False),
+                              schedule={k: data[k] for k in SCHEDULE_FIELDS if k in data})
         return JSONResponse({"id": t.id, "active_version_id": t.active_version_id}, 201)
 
     async def app_proxy(request: Request) -> Response:

@@ -214,6 +214,11 @@ async def cancel_build(request: Request, b: Backend, actor: User) -> Response:
     return JSONResponse({"message": "Job has been marked as canceled..."})
 
 
+async def put_ttl(request: Request, b: Backend, actor: User) -> Response:
+    b.set_ttl(actor, request.path_params["workspace"], await read_json(request))
+    return Response(status_code=204)
+
+
 async def patch_app_status(request: Request, b: Backend, _: User | None) -> Response:
     ws, agent = appstatus.authenticate_agent(b, token_of(request))
     appstatus.patch_app_status(b, ws, agent, await read_any_json(request))
@@ -242,6 +247,7 @@ def coder_routes(b: Backend) -> list[Route]:
         ("GET", "/users/{user}/workspace/{workspacename}", workspace_by_name),
         ("GET", "/workspaces/{workspace}", workspace),
         ("POST", "/workspaces/{workspace}/builds", create_build),
+        ("PUT", "/workspaces/{workspace}/ttl", put_ttl),
         ("GET", "/workspaces/{workspace}/builds", builds),
         ("GET", "/workspacebuilds/{workspacebuild}", build),
         ("GET", "/workspacebuilds/{workspacebuild}/parameters", build_parameters),

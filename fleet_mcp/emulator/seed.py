@@ -41,7 +41,9 @@ def add_user(b: Backend, username: str, token: str, roles: list[str]) -> User:
 def add_template(b: Backend, name: str, display_name: str, *, owner: User, parameters: list[ParameterSpec],
                  presets: dict[str, dict[str, str]] | None = None, apps: list[str] | None = None,
                  description: str = "", allow_cancel: bool = True, build_error: str = "",
-                 startup_error: bool = False) -> Template:
+                 startup_error: bool = False, schedule: dict | None = None) -> Template:
+    """A template with one version; `schedule` sets default_ttl_ms, activity_bump_ms, allow_user_autostop,
+    max_deadline_ms."""
     org = b.default_org()
     template_id, version_id = new_id(), new_id()
     version = TemplateVersion(
@@ -51,7 +53,8 @@ def add_template(b: Backend, name: str, display_name: str, *, owner: User, param
         apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error)
     template = Template(id=template_id, organization_id=org.id, name=name, display_name=display_name,
                         description=description, active_version_id=version_id, created_by=owner.id,
-                        created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel)
+                        created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel,
+                        **(schedule or {}))
     b.versions[version_id] = version
     b.templates[template_id] = template
     return template
