@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects")
     doctor.add_argument("--emulator", dest="doctor_emulator", action="store_true",
                         help="check the embedded emulator (demo seed) instead of CODER_URL")
+    from .runner.settings import add_arguments as runner_arguments
+
+    runner_arguments(sub.add_parser("runner", help="serve one Claude Code conversation in this workspace "
+                                    "(needs the runner extra; see specs/runner.md)"))
     return parser
 
 
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo
 
         return demo()
+    if args.command == "runner":
+        from .runner.main import main as runner
+
+        return runner(args)
     if args.command == "doctor":
         from .doctor import main as doctor
 

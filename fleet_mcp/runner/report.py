@@ -1,0 +1,98 @@
+"""App statuses to Coder, as its own reporter sends them: PATCH /api/v2/workspaceagents/me/app-status
+with the workspace agent's token. In order, one at a time, never blocking a turn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+
+import httpx
+
+__all__ = ["PR_LINK", "Reporter", "first_line", "pull_request_url"]
+
+log = logging.getLogger("fleet_mcp.runner")
+PR_LINK = re.compile(r"https?://\S+/(?:pull|pulls|merge_requests|pull-requests)/\d+")
+MESSAGE_MAX = 160  # Coder refuses longer messages
+NEEDS_INPUT = "Needs input: "
+QUEUE_MAX = 100
+
+
+def first_line(text: str, limit: int = MESSAGE_MAX) -> str:
+    """The first non-empty line of `text`, at most `limit` UTF-8 bytes (Coder measures bytes), '...' when cut."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if len(line.encode()) <= limit:
+        return line
+    return line.encode()[:limit - 3].decode(errors="ignore") + "..."
+
+
+def pull_request_url(text: str) -> str | None:
+    """The first pull-request link in `text`, trailing punctuation dropped."""
+    found = PR_LINK.search(text or "")
+    return found.group(0).rstrip(".,;:)]}>'\"") if found else None
+
+
+class Reporter:
+    """Queues app statuses and sends them in order; does nothing when Coder gave no agent URL and token."""
+
+    def __init__(self, agent_url: str | None, token: str | None, slug: str) -> None:
+        self.enabled = bool(agent_url and token)
+        self._url = f"{(agent_url or '').rstrip('/')}/api/v2/workspaceagents/me/app-status"
+        self._token = token or ""
+        self._slug = slug
+        self._queue: asyncio.Queue[dict] = asyncio.Queue(QUEUE_MAX)
+        self._failing = False
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self.enabled:
+            self._task = asyncio.create_task(self._send_all())
+
+    async def stop(self) -> None:
+        """Sends what is queued (a few seconds at most), then stops."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), 5)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def working(self, prompt: str) -> None:
+        self._put("working", first_line(prompt) or "Working")
+
+    def needs_input(self, tool: str, summary: str) -> None:
+        self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"))
+
+    def finished(self, text: str, is_error: bool, uri: str | None) -> None:
+        message = first_line(text) or ("Failed" if is_error else "Done")
+        self._put("failure" if is_error else "complete", message, uri)
+        self._put("idle", message, uri)
+
+    def _put(self, state: str, message: str, uri: str | None = None) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._queue.put_nowait({"app_slug": self._slug, "state": state, "message": message, "uri": uri or ""})
+        except asyncio.QueueFull:
+            log.warning("app status %s dropped: Coder is not taking statuses", state)
+
+    async def _send_all(self) -> None:
+        async with httpx.AsyncClient(timeout=10, headers={"Coder-Session-Token": self._token}) as client:
+            while True:
+                body = await self._queue.get()
+                try:
+                    await self._send(client, body)
+                finally:
+                    self._queue.task_done()
+
+    async def _send(self, client: httpx.AsyncClient, body: dict) -> None:
+        try:
+            response = await client.patch(self._url, json=body)
+            problem = None if response.is_success else f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            problem = type(exc).__name__
+        if problem and not self._failing:  # once per outage, so a down Coder does not flood the log
+            log.warning("could not report app status %r to Coder: %s", body["state"], problem)
+        self._failing = bool(problem)

@@ -1,0 +1,333 @@
+"""The one Claude Code conversation a runner owns, driven through claude-agent-sdk's ClaudeSDKClient.
+
+`Conversation.run()` keeps a client connected (resuming the saved session), turns the SDK's messages
+into the runner's state, conversation and results, and holds permission requests until they are
+answered or time out. The HTTP layer calls `send`, `interrupt` and `answer`; every change is saved.
+The SDK is imported here only, and only when the runner starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .report import Reporter, pull_request_url
+from .settings import RunnerSettings
+from .store import Message, Result, Saved, Store, now_iso
+
+__all__ = ["Conflict", "Conversation", "Pending"]
+
+log = logging.getLogger("fleet_mcp.runner")
+INTERRUPT_WAIT_S = 10.0
+SUMMARY_MAX = 200
+TOOL_RESULT_MAX = 2000
+RUNNING = ("working", "needs_input")
+
+
+class Conflict(Exception):
+    """A request the conversation's state does not allow (HTTP 409 with this code)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Pending:
+    """A tool call waiting for the fleet's allow or deny."""
+
+    id: str
+    tool: str
+    summary: str
+    since: str
+    answer: asyncio.Future = field(repr=False)
+
+    def json(self) -> dict:
+        return {"id": self.id, "tool": self.tool, "summary": self.summary, "since": self.since}
+
+
+def summarize(tool: str, tool_input: dict[str, Any]) -> str:
+    """One line saying what a tool call does: its command, path or pattern, else its input as JSON."""
+    for key in ("command", "file_path", "path", "notebook_path", "pattern", "url", "query", "description"):
+        if isinstance(tool_input.get(key), str):
+            text = tool_input[key]
+            break
+    else:
+        text = json.dumps(tool_input, ensure_ascii=False, default=str)
+    return " ".join(text.split())[:SUMMARY_MAX]
+
+
+class Conversation:
+    """State, conversation and results of the runner's Claude Code session."""
+
+    def __init__(self, settings: RunnerSettings, store: Store, reporter: Reporter) -> None:
+        self.settings = settings
+        self.store = store
+        self.reporter = reporter
+        self.saved: Saved = store.load()
+        self.state = "starting"
+        self.since = now_iso()
+        self.error: str | None = None
+        self.pending: Pending | None = None
+        self.current_task: str | None = self.saved.results[-1].task if self.saved.results else None
+        self.last_activity_at: str | None = None
+        self._client: Any = None
+        self._started_at = ""
+        self._interrupted = False
+        self._turn_over = asyncio.Event()
+        self._retry = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._stopping = False
+        self._tasks: set[asyncio.Task] = set()
+
+    # --- what the HTTP layer reads and does --------------------------------------------------------------------
+
+    def state_json(self) -> dict:
+        return {"state": self.state, "since": self.since, "session_id": self.saved.session_id,
+                "model": self.saved.model, "current_task": self.current_task,
+                "pending": self.pending.json() if self.pending else None, "error": self.error,
+                "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
+                "last_activity_at": self.last_activity_at}
+
+    async def send(self, content: str, if_busy: str) -> bool:
+        """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused."""
+        if self.state == "idle" and not self.saved.queue:
+            self._begin(content)
+            return False
+        if if_busy == "queue" or self.state not in RUNNING:  # starting or error: delivered once connected
+            self.saved.queue.append(content)
+            self._save()
+            self._retry.set()  # from the error state, a new message is the cue to reconnect
+            return True
+        if if_busy == "reject":
+            raise Conflict("busy", f"the agent is {self.state}; send with if_busy=queue or if_busy=interrupt")
+        self.saved.queue.insert(0, content)  # interrupt: this message goes next
+        self._save()
+        await self.interrupt()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._turn_over.wait(), INTERRUPT_WAIT_S)
+        return content in self.saved.queue
+
+    async def interrupt(self) -> None:
+        """The SDK's interrupt of the running turn; Conflict when none runs."""
+        if self.state not in RUNNING or self._client is None:
+            raise Conflict("not_running", f"no turn is running (the agent is {self.state})")
+        self._interrupted = True
+        if self.pending and not self.pending.answer.done():
+            self.pending.answer.set_result((False, "Interrupted by the fleet."))
+        try:
+            await asyncio.wait_for(self._client.interrupt(), INTERRUPT_WAIT_S)
+        except Exception as exc:  # noqa: BLE001 - the turn goes on; say why the interrupt did not land
+            raise Conflict("interrupt_failed", f"Claude Code did not take the interrupt: {type(exc).__name__}")
+
+    def answer(self, allow: bool, message: str) -> None:
+        """Allows or denies the pending tool call; Conflict when nothing waits."""
+        if self.pending is None or self.pending.answer.done():
+            raise Conflict("nothing_pending", "no permission is waiting for an answer")
+        self.pending.answer.set_result((allow, message))
+        self.pending = None
+        self._set_state("working")
+
+    # --- the SDK session --------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Keeps Claude Code connected until `close()`; on a failure, waits in `error` for a new message."""
+        from claude_agent_sdk import ClaudeSDKClient
+
+        while not self._closing.is_set():
+            self._retry.clear()
+            try:
+                async with ClaudeSDKClient(self._options()) as client:
+                    self._client = client
+                    self.error = None
+                    self._set_state("idle")
+                    spec = self.settings.first_prompt()
+                    if spec and not self.saved.session_id and not self.saved.spec_sent:
+                        self.saved.spec_sent = True  # once: never again, even if this turn dies
+                        self.saved.queue.insert(0, spec)
+                    self._next()
+                    # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
+                    reader = asyncio.create_task(self._read(client))
+                    if await self._until_closing(reader):
+                        return
+                raise ConnectionError("Claude Code exited")
+            except Exception as exc:  # noqa: BLE001 - any SDK or CLI failure: report it, wait for a retry
+                self._client = None
+                self._drop_pending()
+                self.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                log.warning("Claude Code session failed: %s", self.error)
+                self._set_state("error")
+                self._turn_over.set()
+                await self._until_closing(asyncio.create_task(self._retry.wait()))
+                self._set_state("starting")
+            finally:
+                self._client = None
+
+    async def close(self) -> None:
+        """Interrupts a running turn (so Claude Code can exit at once), then ends `run()`."""
+        self._stopping = True
+        if self.state in RUNNING and self._client is not None:
+            with contextlib.suppress(Conflict):
+                await self.interrupt()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._turn_over.wait(), 3)
+        self._closing.set()
+
+    async def _read(self, client: Any) -> None:
+        async for message in client.receive_messages():
+            self._on_message(message)
+
+    async def _until_closing(self, task: asyncio.Task) -> bool:
+        """Waits for `task` or `close()`; True (and `task` cancelled) when closing came first."""
+        closing = asyncio.create_task(self._closing.wait())
+        await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
+        closing.cancel()
+        if task.done():
+            task.result()
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return True
+
+    def _options(self) -> Any:
+        from claude_agent_sdk import ClaudeAgentOptions
+
+        s = self.settings
+        prompt: dict[str, str] = {"type": "preset", "preset": "claude_code"}
+        if s.system_prompt.strip():
+            prompt["append"] = s.system_prompt
+        return ClaudeAgentOptions(cwd=str(s.workdir), system_prompt=prompt,  # type: ignore[arg-type]
+                                  permission_mode=s.permission_mode, can_use_tool=self._can_use_tool,
+                                  resume=self.saved.session_id, model=s.model, max_turns=s.max_turns,
+                                  max_budget_usd=s.max_cost_usd)
+
+    def _begin(self, prompt: str) -> None:
+        """Marks a turn started (synchronously, so no second message slips in) and sends it."""
+        self.current_task = prompt
+        self._started_at = now_iso()
+        self._interrupted = False
+        self._turn_over.clear()
+        self._add("user", prompt)
+        self._set_state("working")
+        self.reporter.working(prompt)
+        task = asyncio.create_task(self._query(prompt))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _query(self, prompt: str) -> None:
+        try:
+            await self._client.query(prompt)
+        except Exception as exc:  # noqa: BLE001 - the turn fails with a result instead of hanging
+            log.warning("could not send the prompt to Claude Code: %s", type(exc).__name__)
+            self._finish(Result(task=prompt, text=f"Could not send the prompt: {type(exc).__name__}", is_error=True,
+                                subtype="send_failed", num_turns=0, duration_ms=0, total_cost_usd=None,
+                                session_id=self.saved.session_id or "", started_at=self._started_at,
+                                finished_at=now_iso(), pull_request_url=None, interrupted=False))
+
+    def _next(self) -> None:
+        if self.state == "idle" and self.saved.queue and self._client is not None and not self._stopping:
+            self._begin(self.saved.queue.pop(0))
+
+    def _on_message(self, message: Any) -> None:
+        from claude_agent_sdk import (
+            AssistantMessage,
+            ResultMessage,
+            SystemMessage,
+            TextBlock,
+            ToolResultBlock,
+            ToolUseBlock,
+            UserMessage,
+        )
+
+        self.last_activity_at = now_iso()
+        if isinstance(message, SystemMessage) and message.subtype == "init":
+            self.saved.session_id = message.data.get("session_id") or self.saved.session_id
+            self.saved.model = message.data.get("model") or self.saved.model
+            self._save()
+        elif isinstance(message, AssistantMessage):
+            for block in message.content:
+                if isinstance(block, TextBlock) and block.text.strip():
+                    self._add("assistant", block.text)
+                elif isinstance(block, ToolUseBlock):
+                    self._add("tool_use", f"{block.name}: {summarize(block.name, block.input)}")
+        elif isinstance(message, UserMessage) and isinstance(message.content, list):
+            for block in message.content:
+                if isinstance(block, ToolResultBlock):
+                    content = block.content if isinstance(block.content, str) else json.dumps(block.content)
+                    self._add("tool_result", ("[error] " if block.is_error else "") + content[:TOOL_RESULT_MAX])
+        elif isinstance(message, ResultMessage):
+            self._finish(self._result(message))
+
+    def _result(self, m: Any) -> Result:
+        text = m.result or "; ".join(m.errors or []) or ("Interrupted" if self._interrupted else "")
+        cost = None
+        if m.total_cost_usd is not None:  # the SDK reports the session's running total: a turn costs the difference
+            before = self.saved.session_cost_usd
+            cost = m.total_cost_usd - before if m.total_cost_usd >= before else m.total_cost_usd
+            self.saved.session_cost_usd = m.total_cost_usd
+        self.saved.session_id = m.session_id or self.saved.session_id
+        return Result(task=self.current_task or "", text=text, is_error=bool(m.is_error), subtype=m.subtype,
+                      num_turns=m.num_turns, duration_ms=m.duration_ms, total_cost_usd=cost,
+                      session_id=m.session_id, started_at=self._started_at or now_iso(), finished_at=now_iso(),
+                      pull_request_url=pull_request_url(text), interrupted=self._interrupted)
+
+    def _finish(self, result: Result) -> None:
+        if self.state not in RUNNING:
+            return  # a result for a turn already given up on
+        self._drop_pending()
+        self.saved.results.append(result)
+        self.saved.turns += 1
+        self.saved.cost_usd += result.total_cost_usd or 0.0
+        self._set_state("idle")
+        self.reporter.finished(result.text, result.is_error, result.pull_request_url)
+        self._turn_over.set()
+        self._next()
+
+    async def _can_use_tool(self, tool: str, tool_input: dict[str, Any], context: Any) -> Any:
+        from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
+
+        summary = summarize(tool, tool_input)
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.pending = Pending(getattr(context, "tool_use_id", None) or uuid.uuid4().hex, tool, summary, now_iso(),
+                               answer)
+        self._set_state("needs_input")
+        self.reporter.needs_input(tool, summary)
+        timeout = self.settings.permission_timeout_s
+        try:
+            allow, message = await asyncio.wait_for(asyncio.shield(answer), timeout)
+        except TimeoutError:
+            allow, message = False, f"No answer within {timeout:g} s, so the fleet denied this."
+        finally:
+            if self.pending is not None and self.pending.answer is answer:
+                self.pending = None
+        if self.state == "needs_input":
+            self._set_state("working")
+        if self.state == "working" and not self._interrupted:
+            self.reporter.working(self.current_task or "")
+        if allow:
+            return PermissionResultAllow()
+        return PermissionResultDeny(message=message or "The fleet operator denied this.", interrupt=self._interrupted)
+
+    def _drop_pending(self) -> None:
+        if self.pending and not self.pending.answer.done():
+            self.pending.answer.set_result((False, "The turn ended."))
+        self.pending = None
+
+    def _add(self, role: str, content: str) -> None:
+        self.saved.messages.append(Message(self.saved.next_message_id, role, content, now_iso()))
+        self.saved.next_message_id += 1
+        self._save()
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state, self.since = state, now_iso()
+        self._save()
+
+    def _save(self) -> None:
+        self.store.save(self.saved)

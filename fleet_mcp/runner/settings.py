@@ -1,0 +1,90 @@
+"""The runner's settings: environment (FLEET_RUNNER_*, CODER_AGENT_*) first, command-line flags over them."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["RunnerSettings", "add_arguments", "load"]
+
+PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
+
+
+class RunnerSettings(BaseSettings):
+    """Everything `fleet-mcp runner` is told; see specs/runner.md."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEET_RUNNER_", extra="ignore")
+
+    workdir: Path = Field(default_factory=Path.cwd)
+    state_file: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(4300, ge=0, le=65535)
+    app_slug: str = "fleet"
+    spec: str = ""
+    spec_file: Path | None = None
+    system_prompt: str = ""
+    model: str | None = None
+    max_turns: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+    permission_mode: PermissionMode = "acceptEdits"
+    permission_timeout_s: float = Field(300.0, gt=0)
+    coder_agent_url: str | None = Field(None, validation_alias=AliasChoices("CODER_AGENT_URL"))
+    coder_agent_token: SecretStr | None = Field(None, validation_alias=AliasChoices("CODER_AGENT_TOKEN"))
+
+    @field_validator("model", "max_turns", "max_cost_usd", "state_file", "spec_file", "coder_agent_url",
+                     "coder_agent_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("host")
+    @classmethod
+    def _loopback_only(cls, value: str) -> str:
+        # Coder's app proxy, which lets only the workspace owner through, must be the one way in.
+        try:
+            loopback = value == "localhost" or ipaddress.ip_address(value).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(f"{value!r} is not a loopback address: the runner listens on loopback only")
+        return value
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_file or self.workdir / ".fleet-runner" / "state.json"
+
+    def first_prompt(self) -> str:
+        """The spec: the text of --spec-file when given, else FLEET_RUNNER_SPEC."""
+        if self.spec_file is not None:
+            return self.spec_file.read_text(encoding="utf-8").strip()
+        return self.spec.strip()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runner's flags; each one defaults to its FLEET_RUNNER_* variable."""
+    add = parser.add_argument
+    add("--workdir", help="where Claude Code runs (default: cwd)")
+    add("--state-file", help="durable state (default: <workdir>/.fleet-runner/state.json)")
+    add("--host", help="bind address, loopback only (default 127.0.0.1)")
+    add("--port", type=int, help="port (default 4300; 0 picks one, printed as FLEET_RUNNER_URL=...)")
+    add("--app-slug", help="the Coder app whose statuses the runner reports (default fleet)")
+    add("--spec-file", help="the first turn's prompt, from a file (else FLEET_RUNNER_SPEC)")
+    add("--system-prompt", help="appended to Claude Code's system prompt")
+    add("--model", help="Claude model (default: Claude Code's)")
+    add("--max-turns", type=int, help="most model turns per task")
+    add("--max-cost-usd", type=float, help="most USD a task may spend")
+    add("--permission-mode", help="Claude Code permission mode (default acceptEdits)")
+    add("--permission-timeout-s", type=float, help="seconds before an unanswered permission is denied (default 300)")
+
+
+def load(args: argparse.Namespace) -> RunnerSettings:
+    """Settings from the environment, with the flags that were given over them (raises pydantic's ValidationError)."""
+    names = ("workdir", "state_file", "host", "port", "app_slug", "spec_file", "system_prompt", "model", "max_turns",
+             "max_cost_usd", "permission_mode", "permission_timeout_s")
+    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    return RunnerSettings(**given)

@@ -1,0 +1,119 @@
+"""The runner's durable state: one JSON file, rewritten atomically (temp file + rename) after every change."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["MESSAGES_KEPT", "RESULTS_KEPT", "Message", "Result", "Saved", "Store", "now_iso"]
+
+log = logging.getLogger("fleet_mcp.runner")
+MESSAGES_KEPT = 1000  # older ones are dropped (ids keep counting), so each write stays bounded
+RESULTS_KEPT = 200
+VERSION = 1
+
+
+def now_iso() -> str:
+    """Now, as ISO-8601 UTC with a Z."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Message:
+    """One conversation entry: role is user, assistant, tool_use or tool_result."""
+
+    id: int
+    role: str
+    content: str
+    time: str
+
+
+@dataclass
+class Result:
+    """A finished turn, as `GET /result` shows it."""
+
+    task: str
+    text: str
+    is_error: bool
+    subtype: str
+    num_turns: int
+    duration_ms: int
+    total_cost_usd: float | None
+    session_id: str
+    started_at: str
+    finished_at: str
+    pull_request_url: str | None
+    interrupted: bool
+
+
+@dataclass
+class Saved:
+    """Everything that survives a restart."""
+
+    session_id: str | None = None
+    model: str | None = None
+    spec_sent: bool = False
+    session_cost_usd: float = 0.0  # Claude Code's running total for the session
+    cost_usd: float = 0.0  # the sum of the finished turns' costs
+    turns: int = 0  # finished turns, including those no longer kept in `results`
+    next_message_id: int = 1
+    messages: list[Message] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    queue: list[str] = field(default_factory=list)
+
+
+class Store:
+    """Loads and saves `Saved` at one path; a save that fails is logged and retried on the next change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> Saved:
+        """The saved state, or a fresh one when there is no file (an unreadable file is an error)."""
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return Saved()
+        except ValueError:
+            raise ValueError(f"{self.path}: not a fleet runner state file (not JSON)") from None
+        if not isinstance(raw, dict) or raw.get("version") != VERSION:
+            raise ValueError(f"{self.path}: not a fleet runner state file (version {VERSION})")
+        try:
+            return self._parse(raw)
+        except (TypeError, ValueError, AttributeError):
+            raise ValueError(f"{self.path}: a fleet runner state file with unreadable fields") from None
+
+    @staticmethod
+    def _parse(raw: dict) -> Saved:
+        return Saved(
+            session_id=raw.get("session_id"), model=raw.get("model"), spec_sent=bool(raw.get("spec_sent")),
+            session_cost_usd=float(raw.get("session_cost_usd") or 0.0), cost_usd=float(raw.get("cost_usd") or 0.0),
+            turns=int(raw.get("turns") or 0),
+            next_message_id=int(raw.get("next_message_id") or 1),
+            messages=[Message(**m) for m in raw.get("messages", [])],
+            results=[Result(**r) for r in raw.get("results", [])],
+            queue=[str(q) for q in raw.get("queue", [])])
+
+    def save(self, saved: Saved) -> None:
+        del saved.messages[:-MESSAGES_KEPT]
+        del saved.results[:-RESULTS_KEPT]
+        data = json.dumps({"version": VERSION, **asdict(saved)}, ensure_ascii=False)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            log.warning("could not save the runner state to %s: %s", self.path, exc.strerror or exc)

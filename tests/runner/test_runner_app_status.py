@@ -1,0 +1,71 @@
+"""App statuses as they reach Coder: the runner PATCHes the emulator's
+`/api/v2/workspaceagents/me/app-status` with the workspace agent's token, and the fleet reads them back
+through Coder's API (working, idle with "Needs input:", complete with the pull request, failure, idle)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from runners import WAIT_S, needs_sdk, runner_process, served
+from support import TOKEN
+
+from fleet_mcp.emulator import Emulator
+
+pytestmark = needs_sdk
+WORKSPACE, SLUG = "dev-box", "code-server"  # a seeded workspace whose app no scripted AgentAPI reports for
+
+
+def _agent_token(emulator: Emulator, coder: httpx.Client) -> str:
+    ws = coder.get(f"/api/v2/users/me/workspace/{WORKSPACE}").json()
+    agent_id = ws["latest_build"]["resources"][0]["agents"][0]["id"]
+    for build in (b for w in emulator.backend.workspaces.values() for b in w.builds):
+        for agent in build.agents:
+            token = getattr(agent, "auth_token", None) or getattr(agent, "token", None)
+            if agent.id == agent_id and token:
+                return str(token)
+    pytest.skip("the emulator gives workspace agents no token yet (the emulator branch adds agent-token auth)")
+
+
+def _statuses(coder: httpx.Client) -> list[dict]:
+    ws = coder.get(f"/api/v2/users/me/workspace/{WORKSPACE}").json()
+    app = next(a for a in ws["latest_build"]["resources"][0]["agents"][0]["apps"] if a["slug"] == SLUG)
+    return list(reversed(app["statuses"]))  # oldest first
+
+
+def _wait_statuses(coder: httpx.Client, count: int) -> list[dict]:
+    deadline = time.monotonic() + WAIT_S
+    while len(found := _statuses(coder)) < count:
+        assert time.monotonic() < deadline, f"waited for {count} statuses; got {found}"
+        time.sleep(0.05)
+    return [(s["state"], s["message"], s["uri"]) for s in found]
+
+
+def test_app_statuses_reach_coder_as_the_turns_go(tmp_path, api):
+    emulator = Emulator(token=TOKEN)
+    with served(emulator.app) as coder_url, httpx.Client(base_url=coder_url, timeout=10,
+                                                          headers={"Coder-Session-Token": TOKEN}) as coder:
+        probe = httpx.patch(f"{coder_url}/api/v2/workspaceagents/me/app-status", json={}, timeout=10)
+        if probe.status_code in (404, 405):
+            pytest.skip("the emulator has no PATCH /api/v2/workspaceagents/me/app-status yet (emulator branch)")
+        token = _agent_token(emulator, coder)
+        with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC="Ship the feature\nin detail [[pr]]",
+                            FLEET_RUNNER_APP_SLUG=SLUG, CODER_AGENT_URL=coder_url, CODER_AGENT_TOKEN=token) as runner:
+            runner.wait_turns(1)
+            pr = "https://github.com/example/repo/pull/101"
+            done = "Done after 1 tool use(s). Opened " + pr
+            assert _wait_statuses(coder, 3) == [("working", "Ship the feature", ""), ("complete", done, pr),
+                                                 ("idle", done, pr)]
+            runner.post("/message", {"content": "Run it [[permission]]"})
+            runner.wait_for(lambda s: s["state"] == "needs_input")
+            assert _wait_statuses(coder, 5)[3:] == [
+                ("working", "Run it [[permission]]", ""),
+                ("idle", "Needs input: Bash sh -c 'echo permitted > permitted.txt'", "")]
+            runner.post("/answer", {"decision": "allow"})
+            runner.wait_turns(2)
+            runner.post("/message", {"content": "Break [[fail]]"})
+            runner.wait_turns(3)
+            states = [s for s, _, _ in _wait_statuses(coder, 11)]
+            assert states[5:] == ["working", "complete", "idle", "working", "failure", "idle"]
+        assert token not in runner.logs()

@@ -1,0 +1,72 @@
+"""Bad input to the runner's API gets a clear JSON error and changes nothing; bad settings stop it at
+start with one clear line; the MCP server never imports the SDK."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+from processes import clean_env
+from runners import needs_sdk, runner_process
+
+BAD = [
+    ("POST", "/message", b"{not json", 400, "bad_request"),
+    ("POST", "/message", b'["a list"]', 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": "hi", "extra": 1}).encode(), 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": 42}).encode(), 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": "   "}).encode(), 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": "a\x00b"}).encode(), 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": "é" * 40000}).encode(), 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": "hi", "if_busy": "shove"}).encode(), 400, "bad_request"),
+    ("POST", "/message", json.dumps({"content": "x" * (2 << 20)}).encode(), 413, "too_large"),
+    ("POST", "/answer", json.dumps({"decision": "allow"}).encode(), 409, "nothing_pending"),
+    ("POST", "/answer", json.dumps({"decision": "maybe"}).encode(), 400, "bad_request"),
+    ("POST", "/answer", json.dumps({"decision": "deny", "why": "x"}).encode(), 400, "bad_request"),
+    ("POST", "/interrupt", b"", 409, "not_running"),
+    ("POST", "/interrupt", json.dumps({"force": True}).encode(), 400, "bad_request"),
+    ("GET", "/nowhere", b"", 404, "not_found"),
+    ("GET", "/message", b"", 405, "method_not_allowed"),
+    ("DELETE", "/state", b"", 405, "method_not_allowed"),
+]
+
+
+@needs_sdk
+def test_bad_input_to_every_route_gets_a_clear_error_and_changes_nothing(tmp_path, api):
+    with runner_process(tmp_path, api.url) as runner:
+        before = runner.wait_for(lambda s: s["state"] == "idle")
+        for method, path, body, status, code in BAD:
+            answer = httpx.request(
+                method, runner.url + path, content=body, headers={"Content-Type": "application/json"}, timeout=15)
+            assert answer.status_code == status, (method, path, body[:40], answer.text)
+            assert answer.json()["error"] == code and answer.json()["message"], answer.text
+            assert "Traceback" not in answer.text
+        assert runner.state() == before
+        assert runner.messages() == [] and runner.results() == [] and runner.get("/result").json() == {"result": None}
+        assert api.model_requests() == []
+        assert runner.get("/health").json() == {"status": "ok"}
+        assert "Traceback" not in runner.logs()
+
+
+@needs_sdk
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--host", "0.0.0.0"], {}, "not a loopback address"),
+    (["--permission-timeout-s", "0"], {}, "permission_timeout_s"),
+    ([], {"FLEET_RUNNER_PERMISSION_MODE": "yolo"}, "permission_mode"),
+    (["--spec-file", "/nonexistent/spec.md"], {}, "spec.md"),
+])
+def test_bad_settings_stop_the_runner_with_one_clear_line(tmp_path, args, env, says):
+    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(tmp_path),
+                           *args], capture_output=True, text=True, timeout=30, env=clean_env(**env), check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("fleet-mcp runner: ") and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_server_and_the_cli_never_import_the_sdk():
+    code = ("import sys, fleet_mcp.cli, fleet_mcp.server, fleet_mcp.runner.app, fleet_mcp.runner.session;"
+            "fleet_mcp.cli._parser().parse_args(['runner', '--port', '0']);"
+            "assert 'claude_agent_sdk' not in sys.modules, 'imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(), check=False)
+    assert done.returncode == 0, done.stderr

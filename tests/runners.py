@@ -1,0 +1,167 @@
+"""Helpers for tests that run the real Claude Code through `fleet-mcp runner`: an ASGI app served on a
+loopback socket from a background thread (the scripted Messages API, or the Coder emulator), the
+runner as a real process talking to it, and bounded waits on the runner's `/state`."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from processes import clean_env
+
+from fleet_mcp.emulator.anthropic import messages_app
+from fleet_mcp.emulator.app import running
+
+__all__ = ["HAS_SDK", "WAIT_S", "RunningRunner", "ScriptedAPI", "needs_sdk", "runner_env", "runner_process",
+           "scripted_api", "served"]
+
+HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
+needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
+WAIT_S = 20.0
+
+
+@contextmanager
+def served(app) -> Iterator[str]:
+    """Serve an ASGI app on a free loopback port from its own thread and event loop; yields its base URL."""
+    loop = asyncio.new_event_loop()
+    url: list[str] = []
+    up, stop = threading.Event(), asyncio.Event()
+
+    async def serve() -> None:
+        async with running(SimpleNamespace(app=app)) as base:  # type: ignore[arg-type]
+            url.append(base)
+            up.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        assert up.wait(WAIT_S), "the app did not start serving"
+        yield url[0]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(WAIT_S)
+        loop.close()
+
+
+@dataclass
+class ScriptedAPI:
+    """The scripted Messages API on a socket, and what it has been asked."""
+
+    url: str
+
+    def requests(self) -> list[dict]:
+        return httpx.get(f"{self.url}/requests", timeout=5).json()["requests"]
+
+    def model_requests(self) -> list[dict]:
+        """The conversation's own calls (those offering tools), oldest first."""
+        return [r["body"] for r in self.requests() if r["path"] == "/v1/messages" and (r["body"] or {}).get("tools")]
+
+
+@contextmanager
+def scripted_api() -> Iterator[ScriptedAPI]:
+    with served(messages_app()) as url:
+        yield ScriptedAPI(url)
+
+
+def runner_env(home: Path, messages_url: str, **extra: str) -> dict[str, str]:
+    """A clean environment in which Claude Code talks only to `messages_url`, with a scratch HOME."""
+    env = {k: v for k, v in clean_env().items() if not k.startswith(("FLEET_RUNNER_", "ANTHROPIC_", "CLAUDE"))}
+    return {**env, "HOME": str(home), "ANTHROPIC_BASE_URL": messages_url, "ANTHROPIC_API_KEY": "sk-test-offline",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **extra}
+
+
+@dataclass
+class RunningRunner:
+    """A `fleet-mcp runner` process and a client for its API."""
+
+    url: str
+    proc: subprocess.Popen
+    workdir: Path
+    stderr: Path
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=15)
+
+    def post(self, path: str, body: dict | None = None, **kwargs) -> httpx.Response:
+        return httpx.post(self.url + path, json=body, timeout=15, **kwargs)
+
+    def state(self) -> dict:
+        return self.get("/state").json()
+
+    def results(self) -> list[dict]:
+        return self.get("/results").json()["results"]
+
+    def messages(self) -> list[dict]:
+        return self.get("/messages").json()["messages"]
+
+    def wait_for(self, ready: Callable[[dict], bool], timeout: float = WAIT_S, what: str = "") -> dict:
+        """Polls /state until `ready(state)`; fails with the last state and the log after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.state()
+            if ready(state):
+                return state
+            assert self.proc.poll() is None, f"the runner exited:\n{self.logs()}"
+            assert time.monotonic() < deadline, f"waited {timeout} s for {what or 'a state'}; last {state}\n{self.logs()}"
+            time.sleep(0.05)
+
+    def wait_turns(self, turns: int, timeout: float = WAIT_S) -> dict:
+        """Waits until `turns` turns have finished and the runner is idle."""
+        return self.wait_for(lambda s: s["turns"] >= turns and s["state"] == "idle", timeout, f"{turns} turn(s)")
+
+    def logs(self) -> str:
+        return self.stderr.read_text(errors="replace")
+
+
+def _first_line(proc: subprocess.Popen, timeout: float) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return ""
+    return proc.stdout.readline().decode().strip()
+
+
+@contextmanager
+def runner_process(tmp_path: Path, messages_url: str, *args: str, workdir: Path | None = None,
+                   home: Path | None = None, **env: str) -> Iterator[RunningRunner]:
+    """`fleet-mcp runner --port 0` in `workdir` (default tmp_path/work) against `messages_url`, answering
+    /health before this yields; `env` adds variables (FLEET_RUNNER_SPEC=...). Stopped with SIGTERM after."""
+    workdir = workdir or tmp_path / "work"
+    home = home or tmp_path / "home"
+    workdir.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    err = tmp_path / f"runner-{time.monotonic_ns()}.log"
+    with open(err, "w") as errfile:
+        proc = subprocess.Popen([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(workdir),
+                                 *args], stdout=subprocess.PIPE, stderr=errfile, stdin=subprocess.DEVNULL,
+                                env=runner_env(home, messages_url, **env), cwd=tmp_path)
+    try:
+        line = _first_line(proc, WAIT_S)
+        assert line.startswith("FLEET_RUNNER_URL="), f"no URL line (got {line!r}):\n{err.read_text()}"
+        running = RunningRunner(line.split("=", 1)[1], proc, workdir, err)
+        running.wait_for(lambda s: True, what="the API")
+        yield running
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(WAIT_S)
+        if proc.stdout:
+            proc.stdout.close()
