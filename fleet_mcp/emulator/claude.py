@@ -17,8 +17,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
 from .appstatus import record_status
+from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
 from .state import Agent, Workspace
 
 __all__ = ["SLUG", "ClaudeCode", "Refusal"]

@@ -156,13 +156,16 @@ def app_status_json(s: AppStatus, ws: Workspace) -> dict:
 def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None) -> dict:
     # ws None: an app of a template version's import (no workspace: no statuses, no subdomain name).
     statuses = [app_status_json(s, ws) for s in reversed(ws.statuses) if s.app_id == app.id] if ws else []
+    # AgentAPI (claude-code module) listens on 3284 and answers /status; the runner on 4300, /health.
+    base, health, title = (("http://localhost:4300", "/health", "Claude Code (fleet runner)") if app.slug == "fleet"
+                           else ("http://localhost:3284", "/status", "Claude Code" if app.slug == "ccw" else app.slug))
     return {
-        "id": app.id, "url": "http://localhost:3284/", "external": False, "slug": app.slug,
-        "display_name": "Claude Code" if app.slug == "ccw" else app.slug, "icon": "/icon/claude.svg",
+        "id": app.id, "url": f"{base}/", "external": False, "slug": app.slug,
+        "display_name": title, "icon": "/icon/claude.svg",
         "subdomain": False,
         "subdomain_name": f"{app.slug}--{agent.name}--{ws.name}--{owner.username}" if ws and owner else "",
         "sharing_level": "owner",
-        "healthcheck": {"url": "http://localhost:3284/status", "interval": 3, "threshold": 20},
+        "healthcheck": {"url": base + health, "interval": 3, "threshold": 20},
         "health": app.health, "hidden": False, "open_in": "slim-window", "statuses": statuses,
     }
 

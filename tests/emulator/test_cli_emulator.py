@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -62,3 +63,51 @@ def test_real_time_workspace_is_up_within_seconds():
         proc.terminate()
         proc.communicate(timeout=15)
     assert proc.returncode == 0
+
+
+def test_the_empty_seed_prints_a_token_that_works():
+    proc, settings = start("--seed", "empty")
+    try:
+        with httpx.Client(base_url=settings["CODER_URL"],
+                          headers={"Coder-Session-Token": settings["CODER_SESSION_TOKEN"]}, timeout=10) as client:
+            me = client.get("/api/v2/users/me")
+            assert me.status_code == 200 and me.json()["username"] == "demo"
+            assert client.get("/api/v2/templates").json() == []
+            assert client.get("/api/v2/workspaces").json()["count"] == 0
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=15)
+    assert proc.returncode == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("claude_agent_sdk") is None,
+                    reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
+def test_runner_runtime_processes_end_with_the_emulator():
+    proc, settings = start("--seed", "empty", "--agent-runtime", "runner")
+    pid = None
+    try:
+        with httpx.Client(base_url=settings["CODER_URL"],
+                          headers={"Coder-Session-Token": settings["CODER_SESSION_TOKEN"]}, timeout=10) as client:
+            assert client.post("/emulator/templates", json={"name": "fleet-runner"}).status_code == 201
+            t = client.get("/api/v2/organizations/coder/templates/fleet-runner").json()
+            client.post("/api/v2/users/me/workspaces", json={"name": "agent-1", "template_id": t["id"]})
+            deadline = time.monotonic() + 60  # a real runner process: bounded wait
+            while time.monotonic() < deadline:
+                if client.get("/@demo/agent-1/apps/fleet/health").status_code == 200:
+                    pid = client.get("/emulator/agents/agent-1/runner").json()["pid"]
+                    break
+                time.sleep(0.2)
+            assert pid, "the runner never answered /health behind the app proxy"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the runner and its Claude Code are gone with the emulator
+
+
+@pytest.mark.skipif(importlib.util.find_spec("claude_agent_sdk") is not None, reason="claude-agent-sdk is installed")
+def test_runner_runtime_without_the_sdk_is_refused_in_one_line():
+    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--agent-runtime", "runner"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "claude-agent-sdk" in done.stderr
