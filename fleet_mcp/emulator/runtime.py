@@ -119,11 +119,17 @@ class Runners:
 
     async def reconcile(self) -> None:
         self.backend.settle()
+        for ws_id in [w for w in self.procs if w not in self.backend.workspaces]:  # forgotten by a reset
+            await asyncio.to_thread(self._stop, self.procs.pop(ws_id))
+        if self.root:
+            for disk in [d for d in self.root.iterdir() if d.name not in self.backend.workspaces]:
+                await asyncio.to_thread(shutil.rmtree, disk, True)
         for ws in list(self.backend.workspaces.values()):
             wanted = self._wanted(ws)
             have = self.procs.get(ws.id)
             if have and have.proc.poll() is not None:
                 self.exited.add(have.agent_id)
+                self._set_health(ws, have.agent_id, "unhealthy")
             if have and (wanted is None or wanted.id != have.agent_id or have.proc.poll() is not None):
                 await asyncio.to_thread(self._stop, self.procs.pop(ws.id))
             if wanted and ws.id not in self.procs and wanted.id not in self.exited:
@@ -172,20 +178,24 @@ class Runners:
         }
         return {**env, **{k: v for k, v in chosen.items() if v}}
 
+    @staticmethod
+    def _set_health(ws: Workspace | None, agent_id: str, health: str) -> bool:
+        """Set the agent's `fleet` app health; False when that agent or app is gone."""
+        agent = next((a for a in ws.latest_build.agents if a.id == agent_id), None) if ws else None
+        app = next((a for a in agent.apps if a.slug == RUNNER_SLUG), None) if agent else None
+        if app:
+            app.health = health
+        return app is not None
+
     async def _check_health(self) -> None:
         for ws_id, running in list(self.procs.items()):
-            ws = self.backend.workspaces.get(ws_id)
-            agent = next((a for a in ws.latest_build.agents if a.id == running.agent_id), None) if ws else None
-            app = next((a for a in agent.apps if a.slug == RUNNER_SLUG), None) if agent else None
-            if app is None:
-                continue
             healthy = False
             if running.url and running.proc.poll() is None:
                 with contextlib.suppress(Exception):
                     r = await self.forward(running.url, "/health").fetch("GET", timeout=2.0)
                     healthy = r.status_code == 200
-            app.health = "healthy" if healthy else "unhealthy" if running.url or running.proc.poll() is not None \
-                else "initializing"
+            self._set_health(self.backend.workspaces.get(ws_id), running.agent_id,
+                             "healthy" if healthy else "unhealthy" if running.url else "initializing")
 
     @staticmethod
     def _stop(running: RunnerProcess) -> None:

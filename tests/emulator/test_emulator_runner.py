@@ -92,6 +92,11 @@ async def test_real_runners_follow_their_workspaces(conformance):
             return r.status_code == 200 and r.json()["turns"] >= 1 and r.json()["state"] == "idle" and r.json()
 
         first = await until(finished_turn, "the spec's turn behind the app proxy")
+        refused = await coder.post(f"{app}/message", json={"content": "hi", "bogus": 1})  # the runner's own 400
+        assert refused.status_code == 400 and refused.headers["content-type"].startswith("application/json")
+        assert refused.json()["error"] == "bad_request"
+        async with httpx.AsyncClient(base_url=url, timeout=10) as stranger:  # the proxy's checks come first
+            assert (await stranger.get(f"{app}/state")).status_code == 303
         runner = (await coder.get("/emulator/agents/agent-1/runner")).json()
         disk = Path(runner["directory"])
         assert (disk / "work" / "notes.txt").is_file()  # Claude Code wrote it in the workspace's directory
@@ -121,16 +126,26 @@ async def test_real_runners_follow_their_workspaces(conformance):
         await until(lambda: _true(not disk.exists()), "the workspace's directory to go")
         assert gone(restarted["pid"])
 
-        await create_workspace(coder, "agent-2", template="fleet-runner", params={"fleet_mcp_managed": "true"})
-
-        async def healthy():
-            return (await coder.get("/@demo/agent-2/apps/fleet/health")).status_code == 200
-
-        await until(healthy, "a second runner")
-        last = (await coder.get("/emulator/agents/agent-2/runner")).json()
+        second = await _runner_up(coder, "agent-2")
+        await coder.post("/emulator/reset", json={"seed": "empty"})  # the deployment forgets agent-2
+        await until(lambda: _true(gone(second["pid"]) and not Path(second["directory"]).exists()),
+                    "a reset to stop the forgotten runner")
+        assert (await coder.post("/emulator/templates", json={"name": "fleet-runner"})).status_code == 201
+        last = await _runner_up(coder, "agent-3")
         root = Path(last["directory"]).parent
     assert gone(last["pid"])  # the emulator stopped: every process it started is gone
     assert not root.exists()
+
+
+async def _runner_up(coder, name: str) -> dict:
+    """Create a spec-less fleet workspace and wait for its runner behind the app proxy; its runner info."""
+    await create_workspace(coder, name, template="fleet-runner", params={"fleet_mcp_managed": "true"})
+
+    async def healthy():
+        return (await coder.get(f"/@demo/{name}/apps/fleet/health")).status_code == 200
+
+    await until(healthy, f"the runner of {name}")
+    return (await coder.get(f"/emulator/agents/{name}/runner")).json()
 
 
 async def _status(coder, ws_id: str, status: str) -> bool:
