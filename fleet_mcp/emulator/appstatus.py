@@ -108,7 +108,9 @@ def _json_kind(value: object) -> str:
 def sanitize(message: str) -> str:
     """Coder's `strutil.UISanitize`, closely: no markup, no escapes, one space between words, trimmed.
 
-    Text comes out HTML-escaped, as bluemonday writes it (`a & b` is stored as `a &amp; b`).
+    Text comes out HTML-escaped, as bluemonday writes it (`a & b` is stored as `a &amp; b`, `'` as
+    `&#39;`). Departure: Coder first tries `strconv.Unquote` on the message (turning a literal `\n`
+    into a newline); that step is left out.
     """
     text = _TAG.sub("", _DROPPED.sub("", message))
     text = html.unescape(_ANSI.sub("", text)).translate(_GO_ESCAPE)

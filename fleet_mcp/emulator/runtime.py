@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import selectors
 import shutil
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from .backend import Backend
 
 __all__ = ["RUNNER_SLUG", "RunnerForward", "Runners"]
+
+log = logging.getLogger("fleet_mcp.emulator")
 
 RUNNER_SLUG = "fleet"
 START_WAIT_S = 30.0
@@ -110,7 +113,10 @@ class Runners:
         self._wake = asyncio.Event()
         try:
             while True:
-                await self.reconcile()
+                try:
+                    await self.reconcile()
+                except OSError as exc:  # a full disk or a missing interpreter must not end supervision
+                    log.warning("runner supervision: %s", exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_S)
                 self._wake.clear()
