@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import sys
 
 __all__ = ["main"]
@@ -26,9 +27,13 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("--host", default="127.0.0.1")
     emu.add_argument("--port", type=int, default=3000, help="0 picks a free port")
     emu.add_argument("--token", default="demo-token", help="session token of the demo user")
-    emu.add_argument("--coder-version", default="2.37", choices=["2.37", "2.36"],
-                     help="2.36 adds the Tasks API routes")
-    emu.add_argument("--seed", default="demo", choices=["demo", "empty"])
+    emu.add_argument("--seed", default="demo", choices=["demo", "empty"],
+                     help="demo: user demo, fleet templates and workspaces; empty: only org coder and user demo")
+    emu.add_argument("--agent-runtime", default="agentapi", choices=["agentapi", "runner"],
+                     help="behind fleet agents: a scripted Claude Code behind AgentAPI (app ccw), or a real "
+                          "`fleet-mcp runner` per workspace (app fleet; needs the runner extra)")
+    emu.add_argument("--anthropic-base-url", default=None,
+                     help="the Messages API runners talk to (default: the emulator's scripted one)")
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
     doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects")
     doctor.add_argument("--emulator", dest="doctor_emulator", action="store_true",
@@ -43,12 +48,17 @@ def _parser() -> argparse.ArgumentParser:
 def _emulator(args: argparse.Namespace) -> int:
     from .emulator.app import REAL_TIME, Emulator, bind, serve
 
+    if args.agent_runtime == "runner" and importlib.util.find_spec("claude_agent_sdk") is None:
+        print("fleet-mcp emulator: --agent-runtime runner needs claude-agent-sdk; install coder-fleet-mcp[runner]",
+              file=sys.stderr)
+        return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
-                        coder_version=args.coder_version)
+                        agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    print(f"CODER_URL=http://{url_host}:{port}", flush=True)
+    emulator.url = f"http://{url_host}:{port}"
+    print(f"CODER_URL={emulator.url}", flush=True)
     print(f"CODER_SESSION_TOKEN={emulator.token}", flush=True)
     asyncio.run(serve(emulator.app, sock))
     return 0

@@ -18,7 +18,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,13 @@ PRESETS_SCHEMA: dict[str, Any] = {
         },
     },
 }
-_SCHEMA_OVERRIDES = {("get", "/api/v2/templateversions/{templateversion}/presets", "200"): PRESETS_SCHEMA}
+# Coder's patchWorkspaceAgentAppStatus answers `httpapi.Write(ctx, rw, 200, nil)`: the body is JSON `null`,
+# though the swagger documents a codersdk.Response.
+NULL_SCHEMA = {"type": "null"}
+_SCHEMA_OVERRIDES = {
+    ("get", "/api/v2/templateversions/{templateversion}/presets", "200"): PRESETS_SCHEMA,
+    ("patch", "/api/v2/workspaceagents/me/app-status", "200"): NULL_SCHEMA,
+}
 
 _HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _RFC3339 = re.compile(
@@ -189,9 +195,7 @@ class SwaggerValidator:
     ``base_path`` is a template prefix under which the spec's paths are served
     (e.g. :data:`APP_PROXY_PREFIX` for AgentAPI behind Coder's app proxy).
     ``paths_under`` keeps only spec paths with one of these prefixes.
-    ``aliases`` maps a served prefix to the spec prefix it stands for
-    (``{"/api/experimental/tasks": "/api/v2/tasks"}``). ``fallback`` is asked
-    when no route here has the method. ``lenient`` defaults to True for Swagger
+    ``lenient`` defaults to True for Swagger
     2.0 (every value nullable, extra properties allowed) and False for
     OpenAPI 3.0, which states nullability itself. Formats ``uuid`` and
     ``date-time`` are checked unless ``check_formats`` is False.
@@ -203,8 +207,6 @@ class SwaggerValidator:
         *,
         base_path: str = "",
         paths_under: Iterable[str] | None = None,
-        aliases: Mapping[str, str] | None = None,
-        fallback: SwaggerValidator | None = None,
         lenient: bool | None = None,
         check_formats: bool = True,
     ) -> None:
@@ -212,8 +214,6 @@ class SwaggerValidator:
         spec = json.loads(self.spec_path.read_text(encoding="utf-8"))
         self._openapi3 = str(spec.get("openapi", "")).startswith("3.")
         self.lenient = (not self._openapi3) if lenient is None else lenient
-        self._fallback = fallback
-        self._aliases = dict(aliases or {})
         self._format_checker = _format_checker() if check_formats else None
         self._paths: dict[str, dict[str, Any]] = spec.get("paths", {})
 
@@ -300,63 +300,43 @@ class SwaggerValidator:
 
     # -- routing ---------------------------------------------------------
 
-    def _unalias(self, path: str) -> tuple[str, str, str]:
-        """(path to match, served prefix, spec prefix) after applying an alias."""
-        for served, spec_prefix in self._aliases.items():
-            if path == served or path.startswith(served.rstrip("/") + "/"):
-                return spec_prefix + path[len(served) :], served, spec_prefix
-        return path, "", ""
-
-    def _find(self, method: str, path: str) -> tuple[SwaggerValidator, _Route, str] | None:
+    def _find(self, method: str, path: str) -> _Route | None:
         path = urlsplit(path).path
-        matched, served, spec_prefix = self._unalias(path)
         for route in self._routes:
-            if route.pattern.match(matched) and method in self._paths[route.spec_path]:
-                template = served + route.template[len(spec_prefix) :] if served else route.template
-                return self, route, template
-        if self._fallback is not None:
-            return self._fallback._find(method, path)
+            if route.pattern.match(path) and method in self._paths[route.spec_path]:
+                return route
         return None
 
     def match(self, method: str, path: str) -> str | None:
         """The route template serving ``method path`` (most specific literal first), or None."""
         found = self._find(method.lower(), path)
-        return found[2] if found else None
+        return found.template if found else None
 
     def templates(self) -> set[tuple[str, str]]:
-        """Every (METHOD, template) this validator routes, its fallback's included."""
-        own = {
+        """Every (METHOD, template) this validator routes."""
+        return {
             (method.upper(), route.template)
             for route in self._routes
             for method in self._paths[route.spec_path]
             if method in _HTTP_METHODS
         }
-        aliased = {
-            (method, served + template[len(spec_prefix) :])
-            for served, spec_prefix in self._aliases.items()
-            for method, template in own
-            if template.startswith(spec_prefix)
-        }
-        return own | aliased | (self._fallback.templates() if self._fallback else set())
 
     # -- checks ----------------------------------------------------------
 
     def check(self, method: str, path: str, status: int, body: Any) -> list[str]:
         """Problems with one answer (empty when it conforms). ``body`` is parsed JSON, None for no body."""
         method = method.lower()
-        found = self._find(method, path)
-        if found is None:
+        route = self._find(method, path)
+        if route is None:
             request, spec = f"{method.upper()} {path}", self.spec_path.name
-            matched = self._unalias(urlsplit(path).path)[0]
-            owners = [route.template for route in self._routes if route.pattern.match(matched)]
+            owners = [r.template for r in self._routes if r.pattern.match(urlsplit(path).path)]
             if owners:
                 return [f"{request}: no {method.upper()} operation on {owners[0]} in {spec}"]
             return [f"{request}: no route in {spec} matches this path"]
-        owner, route, template = found
-        return owner._check_route(method, route, template, status, body)
+        return self._check_route(method, route, status, body)
 
-    def _check_route(self, method: str, route: _Route, template: str, status: int, body: Any) -> list[str]:
-        where = f"{method.upper()} {template} -> {status}"
+    def _check_route(self, method: str, route: _Route, status: int, body: Any) -> list[str]:
+        where = f"{method.upper()} {route.template} -> {status}"
         if status < 200 or 300 <= status < 400:
             return [] if body is None else [f"{where}: a {status} answer should carry no JSON body"]
         operation = self._paths[route.spec_path][method]
@@ -367,7 +347,7 @@ class SwaggerValidator:
             if status == 204 and body is not None:
                 return [f"{where}: 204 No Content must have no body"]
             return []
-        if body is None and self.lenient and not self._is_array(schema):
+        if body is None and self.lenient and not self._is_array(schema) and schema is not NULL_SCHEMA:
             return [f"{where}: body is null or missing, the spec documents {self._describe(schema)}"]
         validator = self._validator((method, route.spec_path, status), schema)
         problems = [
@@ -396,13 +376,8 @@ class SwaggerValidator:
 
 @functools.lru_cache(maxsize=None)
 def coder_validator(reference: Path) -> SwaggerValidator:
-    """Coder's main-branch swagger; Tasks routes (also under /api/experimental) fall back to v2.36."""
-    tasks = SwaggerValidator(
-        reference / "coder" / "swagger-v2.36.0.json",
-        paths_under=("/api/v2/tasks", "/api/v2/workspaceagents/me/tasks/"),
-        aliases={"/api/experimental/tasks": "/api/v2/tasks"},
-    )
-    return SwaggerValidator(reference / "coder" / "swagger.json", fallback=tasks)
+    """Coder's main-branch swagger (which has no Tasks API: Coder removed it in v2.37)."""
+    return SwaggerValidator(reference / "coder" / "swagger.json")
 
 
 @functools.lru_cache(maxsize=None)
@@ -414,6 +389,9 @@ def agentapi_validator(reference: Path, base_path: str = APP_PROXY_PREFIX) -> Sw
 # -- real recorded answers ----------------------------------------------
 
 _APP_PROXY_PATH = re.compile(r"^/(?:@|%40)[^/]+/[^/]+/apps/[^/]+(?:/.*)?$")
+# The recordings hold Tasks API interactions (v2.27, experimental). Coder removed the
+# Tasks API in v2.37 and the fleet never called it: they stay on disk, unchecked.
+WITHDRAWN_PREFIXES = ("/api/experimental/tasks/", "/api/v2/tasks/")
 _NOT_JSON = object()
 
 
@@ -434,15 +412,19 @@ class RecordedShapes:
     """Real Coder answers from the vcrpy cassettes in ``recorded_dir`` (top level and ``history/``).
 
     Each interaction is keyed by (METHOD, route template) as ``router`` names
-    it; app-proxy paths map to :data:`APP_PROXY_TEMPLATE`.
+    it; app-proxy paths map to :data:`APP_PROXY_TEMPLATE`. Interactions with the
+    withdrawn Tasks API (:data:`WITHDRAWN_PREFIXES`) are left out and counted in
+    ``withdrawn``.
     """
 
     def __init__(self, recorded_dir: Path, router: SwaggerValidator) -> None:
         self.recorded_dir = Path(recorded_dir)
         files = sorted(self.recorded_dir.glob("*.yaml")) + sorted(self.recorded_dir.glob("history/*.yaml"))
+        loaded = [interaction for file in files for interaction in self._load(file, router)]
         self.interactions: list[RecordedInteraction] = [
-            interaction for file in files for interaction in self._load(file, router)
+            i for i in loaded if not i.path.startswith(WITHDRAWN_PREFIXES)
         ]
+        self.withdrawn = len(loaded) - len(self.interactions)
 
     @classmethod
     def from_reference(cls, reference: Path) -> RecordedShapes:

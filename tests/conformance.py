@@ -41,7 +41,10 @@ class Conformance:
         if path.startswith("/emulator/"):
             return "control", None
         if path.startswith(("/@", "/%40")):
-            return "agentapi", self.agentapi
+            # Only AgentAPI's app (`ccw`) answers AgentAPI's spec; the runner's `fleet` app has its own
+            # (specs/runner.md), which its own tests check.
+            slug = path.split("/apps/", 1)[1].split("/", 1)[0] if "/apps/" in path else ""
+            return ("agentapi", self.agentapi) if slug == "ccw" else ("app", None)
         return "coder", self.coder
 
     def check(self, method: str, path: str, status: int, body) -> None:

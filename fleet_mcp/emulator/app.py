@@ -10,8 +10,10 @@ import threading
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Mount
 
 from .agentapi import AgentAPI
+from .anthropic import messages_app
 from .backend import Backend
 from .claude import ClaudeCode
 from .clock import Clock
@@ -20,9 +22,7 @@ from .faults import FaultMiddleware
 from .lifecycle import Timings
 from .proxy import AppHosts, AppProxy
 from .routes import coder_routes
-from .taskrules import Tasks
-from .tasks import task_routes
-from .taskstate import tasks_api
+from .runtime import Runners
 
 __all__ = ["REAL_TIME", "Emulator", "bind", "running", "serve"]
 
@@ -31,32 +31,54 @@ REAL_TIME = Timings(job_queue=0.2, start_build=1.0, stop_build=0.5, delete_build
                     agent_connect=0.3, agent_startup=0.5, app_healthy=0.3)
 
 
+AGENT_RUNTIMES = ("agentapi", "runner")
+
+
 class Emulator:
-    """A local Coder: the backend, its control operations and the ASGI app serving both."""
+    """A local Coder: the backend, its control operations and the ASGI app serving both.
+
+    `agent_runtime` is what runs behind fleet agents' apps: "agentapi" (default: a
+    scripted Claude Code behind AgentAPI, app `ccw`, all on the clock) or "runner"
+    (a real `fleet-mcp runner` process per started workspace, app `fleet`; needs
+    the emulator served on a socket, see `running()`). Runners talk to
+    `anthropic_base_url`, by default the emulator's own scripted Messages API at
+    `/emulator/anthropic`.
+    """
 
     def __init__(self, *, token: str = "demo-token", virtual: bool = True, timings: Timings | None = None,
-                 seed: str = "demo", coder_version: str = "2.37") -> None:
-        version = f"v{coder_version}.0+emulator"
-        self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings(), version=version)
+                 seed: str = "demo", agent_runtime: str = "agentapi", anthropic_base_url: str | None = None) -> None:
+        if agent_runtime not in AGENT_RUNTIMES:
+            raise ValueError(f"agent_runtime must be one of {', '.join(AGENT_RUNTIMES)}, not {agent_runtime!r}")
+        self.agent_runtime = agent_runtime
+        self.url: str | None = None  # where it is served, once it is (runners report to it)
+        self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings())
         self.claude = ClaudeCode(self.backend)  # before the seed, so seeded agents run too
-        self.proxy = AppProxy(self.backend, self.claude, AgentAPI(self.claude))
-        self.tasks = Tasks(self.backend, self.claude) if tasks_api(self.backend) else None  # v2.36 only
-        self.control = Control(self.backend, token)
+        self.runners = Runners(self.backend, anthropic_base_url) if agent_runtime == "runner" else None
+        self.proxy = AppProxy(self.backend, self.claude, AgentAPI(self.claude), self.runners)
+        self.control = Control(self.backend, token, agent_runtime)
         self.control.reset(seed)
-        self.app = Starlette(routes=control_routes(self.control) + agent_routes(self.backend, self.claude)
-                             + self.proxy.routes() + (task_routes(self.tasks) if self.tasks else [])
-                             + coder_routes(self.backend), lifespan=self._lifespan)
-        self.app = FaultMiddleware(self.app, self.control.faults)  # skips /emulator/ itself
-        self.app = AppHosts(self.app, self.proxy)  # subdomain app URLs, as their path twins
+        table: list[BaseRoute] = [*control_routes(self.control), *agent_routes(self.backend, self.claude, self.runners),
+                                  Mount("/emulator/anthropic", app=messages_app()),  # the runners' model
+                                  *self.proxy.routes(), *coder_routes(self.backend)]
+        routes = Starlette(routes=table, lifespan=self._lifespan)
+        faulty = FaultMiddleware(routes, self.control.faults)  # skips /emulator/ itself
+        self.app = AppHosts(faulty, self.proxy)  # subdomain app URLs, as their path twins
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         # On real time, timers also fire between requests (live event streams need them).
-        task = None if self.backend.clock.virtual else asyncio.create_task(self._tick())
+        tasks = [] if self.backend.clock.virtual else [asyncio.create_task(self._tick())]
+        if self.runners:
+            self.runners.url = self.url
+            supervisor = asyncio.create_task(self.runners.run())
+            await asyncio.sleep(0)  # a missing URL fails the start-up here
+            if supervisor.done():
+                supervisor.result()
+            tasks.append(supervisor)
         try:
             yield
         finally:
-            if task:
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -72,6 +94,11 @@ class Emulator:
 
     def advance(self, seconds: float) -> None:
         self.backend.clock.advance(seconds)
+
+    def close(self) -> None:
+        """Stop every process the emulator started (its lifespan does this too) and remove their directories."""
+        if self.runners:
+            self.runners.close()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -95,6 +122,9 @@ async def serve(app, sock: socket.socket, *, log_level: str = "warning") -> None
 async def running(emulator: Emulator, host: str = "127.0.0.1") -> AsyncIterator[str]:
     """Serve `emulator` on a free port of `host` for the block, yielding its base URL; then stop uvicorn."""
     sock = bind(host, 0)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
+    if isinstance(emulator, Emulator):
+        emulator.url = url
     server = _server(emulator.app, log_level="warning", log_config=None)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -103,7 +133,7 @@ async def running(emulator: Emulator, host: str = "127.0.0.1") -> AsyncIterator[
         if task.done():
             task.result()
             raise RuntimeError("the emulator stopped before it started serving")
-        yield f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
+        yield url
     finally:
         server.should_exit = True
         await task

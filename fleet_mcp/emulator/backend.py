@@ -14,6 +14,7 @@ from datetime import datetime
 from .clock import Clock
 from .errors import CoderError, invalid_uuid, not_found
 from .lifecycle import Lifecycle, Timings
+from .schedule import Schedule, valid_ttl
 from .search import parse_templates_query, parse_workspaces_query
 from .state import (
     Build, Job, Organization, Preset, Template, TemplateVersion, User, Workspace, new_id,
@@ -43,6 +44,7 @@ class Backend:
         self.timings = timings or Timings()
         self.version = version
         self.lifecycle = Lifecycle(self.clock, self.timings)
+        self.schedule = Schedule(self)
         self.rate_limit = False
         self.wildcard_hostname = ""
         self.disable_path_apps = False  # Coder's --disable-path-apps
@@ -61,7 +63,6 @@ class Backend:
         self.builds: dict[str, Build] = {}
         self.deployment_id = new_id()
         self.sessions: dict[str, object] = {}  # workspace id -> AgentAPI session (claude.Session)
-        self.tasks: dict[str, object] = {}  # task id -> taskrules.Task (Tasks API, v2.36 only)
         self._hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
 
     def count(self, route: str) -> None:
@@ -84,6 +85,10 @@ class Backend:
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    def app_activity(self, ws: Workspace, previous: str | None, state: str) -> None:
+        """An app status was recorded (`previous` is the app's state before it, None for its first)."""
+        self.schedule.app_activity(ws, previous, state)
 
     # --- identity -----------------------------------------------------------
 
@@ -274,10 +279,11 @@ class Backend:
                                  validations=[{"field": "template_version_id", "detail": "template not found"}])
             template = self.templates[version.template_id]
         else:
-            template = self.templates.get(parse_uuid(template_id))
-            if not template:
+            found = self.templates.get(parse_uuid(template_id))
+            if not found:
                 raise CoderError(400, f'Template "{template_id}" doesn\'t exist.',
                                  validations=[{"field": "template_id", "detail": "template not found"}])
+            template = found
             version = self.versions[template.active_version_id]
         if org and template.organization_id != org.id:
             raise CoderError(400, f'Template "{template.id}" doesn\'t exist.',
@@ -289,11 +295,14 @@ class Backend:
                for w in self.workspaces.values()):
             raise CoderError(409, f'Workspace "{name}" already exists.', validations=[
                 {"field": "name", "detail": "This value is already in use and should be unique."}])
+        # Coder takes a TTL even from a template that disallows it; builds then use the template's.
+        ttl = valid_ttl(body.get("ttl_ms"), template.default_ttl_ms, "Invalid Workspace Time to Shutdown.",
+                        "CreateWorkspaceRequest")
         preset = self._preset(version, body.get("template_version_preset_id"))
         params = self._resolve(version, {}, body.get("rich_parameter_values") or [], preset, first=True)
         now = self.now()
         ws = Workspace(id=new_id(), name=name, owner_id=owner.id, organization_id=template.organization_id,
-                       template_id=template.id, created_at=now, updated_at=now, last_used_at=now)
+                       template_id=template.id, created_at=now, updated_at=now, last_used_at=now, ttl_ms=ttl)
         self.workspaces[ws.id] = ws
         self._queue(ws, actor, "start", version, params, preset, reason="initiator")
         return ws
@@ -423,6 +432,16 @@ class Backend:
         if expect_status and job.status != expect_status:
             raise CoderError(412, "Job is not in the expected state.")
         self.lifecycle.cancel(build)
+
+    def set_ttl(self, actor: User, workspace_id: str, body: dict) -> None:
+        self.schedule.set_ttl(self.workspace(actor, workspace_id), body)
+
+    def autostop(self, ws: Workspace) -> Build:
+        """The lifecycle executor's stop build once a deadline passed: by the owner, reason `autostop`."""
+        last = ws.latest_build
+        preset = self._preset(self.versions[last.template_version_id], last.preset_id)
+        return self._queue(ws, self.users[ws.owner_id], "stop", self.versions[last.template_version_id],
+                           list(last.parameters), preset, reason="autostop")
 
     def version_of(self, build: Build) -> TemplateVersion:
         return self.versions[build.template_version_id]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from .appstatus import record_status
 from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
-from .state import Agent, AppStatus, Workspace, new_id
+from .state import Agent, Workspace
 
 __all__ = ["SLUG", "ClaudeCode", "Refusal"]
 
@@ -51,8 +52,6 @@ class ClaudeCode:
         self.backend = backend
         self.clock = backend.clock
         self._prs = itertools.count(101)
-        # A task's prompt (Coder's `data "coder_task"`), set by the Tasks API; it wins over parameters.
-        self.task_prompt: Callable[[Workspace], str] = lambda ws: ""
         backend.lifecycle.listeners.append(self._on_lifecycle)
 
     def session(self, ws: Workspace) -> Session:
@@ -121,7 +120,7 @@ class ClaudeCode:
         if not running and s.up:
             s.down = True
             self._stop(s)
-        elif running and s.down and app and agent.status == "connected":
+        elif running and s.down and app and agent and agent.status == "connected":
             s.down = False
             self._boot(ws, s)
         if app:
@@ -145,8 +144,7 @@ class ClaudeCode:
         if not s.booted:
             s.booted = True
             params = dict(ws.latest_build.parameters)
-            prompt = (self.task_prompt(ws) or params.get("fleet_mcp_agent_spec")
-                      or params.get("fleet_mcp_current_task") or "")
+            prompt = params.get("fleet_mcp_agent_spec") or params.get("fleet_mcp_current_task") or ""
             if prompt:
                 self._begin(ws, s, prompt, user=False)
             else:
@@ -278,11 +276,11 @@ class ClaudeCode:
                 message_id: int | None = None, self_reported: bool = False) -> None:
         report = s.reporter.accept(state, summary, link, message_id, self_reported)
         agent = self._agent(ws)
-        if report is None or agent is None or len(report.summary.encode()) > 160:
+        app = next((a for a in agent.apps if a.slug == SLUG), None) if agent else None
+        if report is None or agent is None or app is None or len(report.summary.encode()) > 160:
             return  # Coder refuses messages over 160 bytes
-        ws.statuses.append(AppStatus(id=new_id(), created_at=self.clock.now(), app_id=ws.app_ids[SLUG],
-                                     agent_id=agent.id, state=report.state, message=report.summary,
-                                     uri=report.link))
+        # Written as the route would store it, but unsanitized: the scripted summaries carry no markup.
+        record_status(self.backend, ws, agent, app, report.state, report.summary, report.link)
 
     def _later(self, s: Session, delay: float, fn: Callable[[], None]) -> None:
         epoch = s.epoch

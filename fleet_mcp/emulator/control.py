@@ -16,25 +16,30 @@ from . import seed
 from .backend import Backend
 from .claude import ClaudeCode
 from .faults import Faults, fault_routes
+from .runtime import Runners
 from .session import Script
 from .state import ParameterSpec
 
 __all__ = ["Control", "agent_routes", "control_routes"]
 
+SCHEDULE_FIELDS = {"default_ttl_ms": int, "activity_bump_ms": int, "allow_user_autostop": bool,
+                   "max_deadline_ms": int}
+
 
 class Control:
     """Control operations; `token` is the demo user's session token."""
 
-    def __init__(self, backend: Backend, token: str) -> None:
+    def __init__(self, backend: Backend, token: str, runtime: str = "agentapi") -> None:
         self.backend = backend
         self.token = token
+        self.runtime = runtime
         self.faults = Faults(headers={"X-Coder-Build-Version": backend.version})
 
     def reset(self, seed_name: str = "demo") -> None:
         if seed_name == "demo":
-            seed.seed_demo(self.backend, self.token)
+            seed.seed_demo(self.backend, self.token, runtime=self.runtime)
         elif seed_name == "empty":
-            self.backend.reset()
+            seed.seed_empty(self.backend, self.token)
         else:
             raise ValueError(f"unknown seed {seed_name!r}: use 'demo' or 'empty'")
         self.backend.requests.clear()
@@ -91,20 +96,24 @@ def control_routes(control: Control) -> list[Route]:
         return JSONResponse({"created": len(names), "names": names})
 
     async def template(request: Request) -> Response:
-        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, has_ai_task, ...}."""
+        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...,
+        default_ttl_ms, activity_bump_ms, allow_user_autostop, max_deadline_ms}."""
         data = await _body(request)
+        for name, kind in SCHEDULE_FIELDS.items():
+            if name in data and (type(data[name]) is not kind or (kind is int and data[name] < 0)):
+                raise ValueError(f"{name} must be a{' non-negative integer' if kind is int else ' boolean'}")
         owner = next(u for u in b.users.values() if "owner" in u.roles)
-        fleet = {p.name: p for p in seed.fleet_parameters()}
+        fleet = {p.name: p for p in seed.fleet_parameters(runner=control.runtime == "runner")}
         params = [fleet[p] if isinstance(p, str) and p in fleet else
                   ParameterSpec(p) if isinstance(p, str) else ParameterSpec(**p)
                   for p in data.get("parameters", list(fleet))]
         t = seed.add_template(b, data["name"], data.get("display_name", data["name"]), owner=owner,
-                              parameters=params, presets=data.get("presets"), apps=data.get("apps", ["ccw"]),
+                              parameters=params, presets=data.get("presets"), apps=data.get("apps", [seed.fleet_app(control.runtime)]),
                               description=data.get("description", ""),
                               allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
                               build_error=data.get("build_error", ""),
                               startup_error=data.get("startup_error", False),
-                              ai_task=bool(data.get("has_ai_task", False)))
+                              schedule={k: data[k] for k in SCHEDULE_FIELDS if k in data})
         return JSONResponse({"id": t.id, "active_version_id": t.active_version_id}, 201)
 
     async def app_proxy(request: Request) -> Response:
@@ -143,8 +152,8 @@ def control_routes(control: Control) -> list[Route]:
         control.faults, control.token)
 
 
-def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
-    """`/emulator/agents/{workspace}/...` (owner `demo` unless `?owner=`): script, error, process."""
+def agent_routes(backend: Backend, claude: ClaudeCode, runners: Runners | None = None) -> list[Route]:
+    """`/emulator/agents/{workspace}/...` (owner `demo` unless `?owner=`): script, error, process, token, runner."""
 
     async def script(request: Request, ws) -> Response:
         """{script: "[[pr]] [[finish:2]]"} or {finish, pr, fail, hang, permission, acp}; {transport}."""
@@ -171,6 +180,22 @@ def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
         s = claude.set_process(ws, bool((await _body(request)).get("running", True)))
         return JSONResponse({"running": s.up})
 
+    async def token(request: Request, ws) -> Response:
+        """The workspace agent's token (CODER_AGENT_TOKEN), as a process inside the workspace gets it."""
+        agents = ws.latest_build.agents
+        if not agents:
+            return JSONResponse({"error": f"workspace {ws.name} has no agent (not started)"}, 409)
+        return JSONResponse({"agent_id": agents[0].id, "agent_name": agents[0].name, "token": agents[0].auth_token})
+
+    async def runner(request: Request, ws) -> Response:
+        """The workspace's runner process (runner runtime): its URL, pid, scratch directory."""
+        if runners is None:
+            return JSONResponse({"error": "the emulator runs agent_runtime 'agentapi': no runner processes"}, 409)
+        found = runners.procs.get(ws.id)
+        disk = runners.directory(ws)
+        return JSONResponse({"running": bool(runners.url_of(ws)), "url": runners.url_of(ws) or None,
+                             "pid": found.proc.pid if found else None, "directory": str(disk) if disk else None})
+
     def run(handler):
         async def route(request: Request) -> Response:
             backend.settle()
@@ -188,4 +213,5 @@ def agent_routes(backend: Backend, claude: ClaudeCode) -> list[Route]:
 
     base = "/emulator/agents/{workspace}/"
     return [Route(base + name, run(handler), methods=["POST"])
-            for name, handler in (("script", script), ("error", error), ("process", process))]
+            for name, handler in (("script", script), ("error", error), ("process", process))] + [
+        Route(base + "token", run(token), methods=["GET"]), Route(base + "runner", run(runner), methods=["GET"])]

@@ -276,7 +276,8 @@ class FaultMiddleware:
         await _answer(send, 303, "text/html; charset=utf-8", page.encode(), headers)
 
     async def _truncate(self, p: dict, scope: Message, receive: Receive, send: Send) -> None:
-        limit, start, chunks = p.get("bytes"), {}, []
+        limit, chunks = p.get("bytes"), []
+        start: dict = {}
         budget: int | None = None  # for a stream: bytes still to pass
         done = False
 

@@ -37,9 +37,10 @@ class Timings:
 class Lifecycle:
     """Schedules the state changes that follow a build; tells listeners about them.
 
-    Listeners get `(event, workspace)` with event one of `app_ready` (the
-    agent's apps are healthy) and `agent_gone` (the agent went away: stop,
-    delete, or a new build replaced it).
+    Listeners get `(event, workspace)` with event one of `started` (a start
+    job succeeded: its agent exists), `app_ready` (the agent's apps are
+    healthy) and `agent_gone` (the agent went away: stop, delete, or a new
+    build replaced it).
     """
 
     def __init__(self, clock: Clock, timings: Timings) -> None:
@@ -84,6 +85,7 @@ class Lifecycle:
                 ws.deleted = True
             if build.transition == "start":
                 self._provision(ws, build, version)
+                self._emit("started", ws)
 
         self.clock.call_later(self.timings.job_queue, run)
 

@@ -9,7 +9,8 @@ owner, workspace, agent or app 404 "Application Not Found", a stop build 400
 "Workspace Offline", with or without a token); then no or a bad token 303 to
 /login; another user's path app 404; an agent not connected 404 "Application
 Unavailable"; the app root without its slash 307; nothing listening behind the
-app 502 "Bad Gateway". The rest is forwarded to AgentAPI (`ccw`). Failures are
+app 502 "Bad Gateway". The rest is forwarded to AgentAPI (`ccw`) or, with the
+runner runtime, to the workspace's `fleet-mcp runner` (`fleet`). Failures are
 HTML as `site.RenderStaticErrorPage` writes them.
 """
 
@@ -30,9 +31,10 @@ from .backend import Backend
 from .claude import SLUG, ClaudeCode
 from .errors import CoderError
 from .routes import error_response, token_of
+from .runtime import RUNNER_SLUG, Runners
 from .state import Agent, User, Workspace
 
-__all__ = ["AppHosts", "AppProxy", "page"]
+__all__ = ["AppHosts", "AppProxy", "bad_gateway", "page"]
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 AGENTAPI_PATHS = {"status", "messages", "message", "events", "upload"}
@@ -66,6 +68,13 @@ def page(status: int, title: str, description: str, actions: Sequence[tuple[str,
             f"\t\t\t<header>\n\t\t\t\t<h1>{heading}</h1>\n\t\t\t\t<p>{_esc(description)}</p>\n\t\t\t</header>"
             f"{warn}{buttons}\n\t\t</div>\n\t</body>\n</html>\n")
     return Response(body, status, media_type="text/html; charset=utf-8")
+
+
+def bad_gateway(app_url: str, back: str = "") -> Response:
+    """Coder's answer when nothing listens behind an app."""
+    where = app_url.removeprefix("http://").removeprefix("https://").rstrip("/") or "127.0.0.1"
+    return page(502, "Bad Gateway", f"Failed to proxy request to application: dial tcp {where}: connect: "
+                "connection refused", [("Retry", ""), *([("Back to site", back)] if back else [])])
 
 
 def go_redirect(location: str, status: int, method: str) -> Response:
@@ -112,10 +121,12 @@ class Target:
 class AppProxy:
     """The proxy's routes; AgentAPI behind every `ccw` app, nothing behind other apps."""
 
-    def __init__(self, backend: Backend, claude: ClaudeCode, agentapi: AgentAPI) -> None:
+    def __init__(self, backend: Backend, claude: ClaudeCode, agentapi: AgentAPI,
+                 runners: Runners | None = None) -> None:
         self.backend = backend
         self.claude = claude
         self.agentapi = agentapi
+        self.runners = runners
 
     def routes(self) -> list[Route]:
         base = "/@{owner}/{workspace_and_agent}/apps/{slug}"
@@ -164,10 +175,11 @@ class AppProxy:
                         [("Retry", ""), back])
         if target.rest is None:
             return go_redirect(target.path(request) + "/", 307, request.method)
-        if target.slug != SLUG or not self.claude.reachable(ws):
-            return page(502, "Bad Gateway", "Failed to proxy request to application: dial tcp 127.0.0.1:3284: "
-                        "connect: connection refused", [("Retry", ""), back])
-        return Forward(self.agentapi, ws, "/" + target.rest)
+        if target.slug == SLUG and self.claude.reachable(ws):
+            return Forward(self.agentapi, ws, "/" + target.rest)
+        if target.slug == RUNNER_SLUG and self.runners and (url := self.runners.url_of(ws)):
+            return self.runners.forward(url, "/" + target.rest)
+        return bad_gateway("127.0.0.1:4300" if target.slug == RUNNER_SLUG else "127.0.0.1:3284", back[1])
 
     def _lookup(self, request: Request, target: Target) -> tuple[Workspace, Agent] | Response:
         """Coder's `Request.getDatabase`: owner, workspace, latest build, agents, app."""

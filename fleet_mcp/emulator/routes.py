@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import views
+from . import appstatus, views
 from .backend import Backend
 from .errors import CoderError
 from .state import User
 
 __all__ = ["coder_routes", "endpoint", "error_response"]
 
-Handler = Callable[[Request, Backend, User | None], Awaitable[Response]]
+Handler = Callable[[Request, Backend, Any], Awaitable[Response]]  # Any: User, or None without auth
 
 
 def error_response(err: CoderError, backend: Backend) -> JSONResponse:
@@ -57,12 +58,16 @@ def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth
     return Route(path, run, methods=[method])
 
 
-async def read_json(request: Request) -> dict:
+async def read_any_json(request: Request) -> object:
     raw = await request.body()
     try:
-        body = json.loads(raw or b"null")
+        return json.loads(raw or b"null")
     except ValueError as exc:
         raise CoderError(400, "Request body must be valid JSON.", str(exc)) from None
+
+
+async def read_json(request: Request) -> dict:
+    body = await read_any_json(request)
     if not isinstance(body, dict):
         raise CoderError(400, "Request body must be valid JSON.", "expected a JSON object")
     return body
@@ -209,6 +214,17 @@ async def cancel_build(request: Request, b: Backend, actor: User) -> Response:
     return JSONResponse({"message": "Job has been marked as canceled..."})
 
 
+async def put_ttl(request: Request, b: Backend, actor: User) -> Response:
+    b.set_ttl(actor, request.path_params["workspace"], await read_json(request))
+    return Response(status_code=204)
+
+
+async def patch_app_status(request: Request, b: Backend, _: User | None) -> Response:
+    ws, agent = appstatus.authenticate_agent(b, token_of(request))
+    appstatus.patch_app_status(b, ws, agent, await read_any_json(request))
+    return JSONResponse(None)  # Coder writes `null` here
+
+
 def coder_routes(b: Backend) -> list[Route]:
     v2 = "/api/v2"
     table: list[tuple[str, str, Handler]] = [
@@ -231,12 +247,14 @@ def coder_routes(b: Backend) -> list[Route]:
         ("GET", "/users/{user}/workspace/{workspacename}", workspace_by_name),
         ("GET", "/workspaces/{workspace}", workspace),
         ("POST", "/workspaces/{workspace}/builds", create_build),
+        ("PUT", "/workspaces/{workspace}/ttl", put_ttl),
         ("GET", "/workspaces/{workspace}/builds", builds),
         ("GET", "/workspacebuilds/{workspacebuild}", build),
         ("GET", "/workspacebuilds/{workspacebuild}/parameters", build_parameters),
         ("PATCH", "/workspacebuilds/{workspacebuild}/cancel", cancel_build),
     ]
-    routes = [endpoint(b, "GET", f"{v2}/buildinfo", buildinfo, auth=False)]
+    routes = [endpoint(b, "GET", f"{v2}/buildinfo", buildinfo, auth=False),
+              endpoint(b, "PATCH", f"{v2}/workspaceagents/me/app-status", patch_app_status, auth=False)]
     routes += [endpoint(b, method, v2 + path, handler) for method, path, handler in table]
     for prefix in (v2, "/api/experimental"):  # each router answers its own unknown routes
         routes.append(Route(prefix + "/{rest:path}", _not_found(b), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))

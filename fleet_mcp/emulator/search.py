@@ -23,7 +23,9 @@ AGENT_STATUSES = {"connecting", "connected", "disconnected", "timeout"}
 
 
 def _split(query: str, delimiter: str, keep_quotes: bool) -> list[str]:
-    parts, current, quoted = [], [], False
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
     for ch in query:
         if ch == '"':
             quoted = not quoted

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from .backend import Backend
 from .state import Organization, ParameterSpec, Preset, Template, TemplateVersion, User, new_id
-from .taskstate import tasks_api
 
-__all__ = ["ROLE_PROMPTS", "add_template", "bulk_fleet", "fleet_parameters", "seed_demo"]
+__all__ = ["ROLE_PROMPTS", "add_template", "bulk_fleet", "fleet_app", "fleet_parameters", "seed_demo", "seed_empty"]
 
 ROLES = {
     "coder": ("Software Engineer", "Writes code, implements features, fixes bugs"),
@@ -16,8 +15,9 @@ ROLES = {
 ROLE_PROMPTS = {role: f"You are a {title}. {what}." for role, (title, what) in ROLES.items()}
 
 
-def fleet_parameters() -> list[ParameterSpec]:
-    """The five fleet parameters, as templates/fleet-agent declares them."""
+def fleet_parameters(runner: bool = False) -> list[ParameterSpec]:
+    """The five fleet parameters, as templates/fleet-agent declares them; `runner` adds the runner's
+    optional model and budget parameters (empty: the runner's defaults)."""
     return [
         ParameterSpec("fleet_mcp_managed", type="bool", display_name="Fleet managed", default_value="false",
                       form_type="checkbox", description="Set to true only by fleet-mcp's create_agent."),
@@ -29,7 +29,19 @@ def fleet_parameters() -> list[ParameterSpec]:
                       validation_error="letters, digits, . _ - (max 63) or empty"),
         ParameterSpec("fleet_mcp_agent_spec", display_name="Agent spec", form_type="textarea"),
         ParameterSpec("fleet_mcp_current_task", display_name="Current task", form_type="textarea"),
-    ]
+    ] + ([
+        ParameterSpec("fleet_mcp_model", display_name="Model", form_type="input",
+                      description="Claude model for this agent; empty: Claude Code's default."),
+        ParameterSpec("fleet_mcp_max_turns", display_name="Max turns", form_type="input",
+                      validation_regex=r"^([1-9][0-9]{0,5})?$", validation_error="a whole number from 1, or empty"),
+        ParameterSpec("fleet_mcp_max_cost_usd", display_name="Max cost (USD)", form_type="input",
+                      validation_regex=r"^([0-9]{1,6}(\.[0-9]{1,4})?)?$", validation_error="USD, e.g. 2.50, or empty"),
+    ] if runner else [])
+
+
+def fleet_app(runtime: str) -> str:
+    """The app slug fleet agents declare: `fleet` (the runner) or `ccw` (AgentAPI)."""
+    return "fleet" if runtime == "runner" else "ccw"
 
 
 def add_user(b: Backend, username: str, token: str, roles: list[str]) -> User:
@@ -42,45 +54,53 @@ def add_user(b: Backend, username: str, token: str, roles: list[str]) -> User:
 def add_template(b: Backend, name: str, display_name: str, *, owner: User, parameters: list[ParameterSpec],
                  presets: dict[str, dict[str, str]] | None = None, apps: list[str] | None = None,
                  description: str = "", allow_cancel: bool = True, build_error: str = "",
-                 startup_error: bool = False, ai_task: bool = False) -> Template:
+                 startup_error: bool = False, schedule: dict | None = None) -> Template:
+    """A template with one version; `schedule` sets default_ttl_ms, activity_bump_ms, allow_user_autostop,
+    max_deadline_ms."""
     org = b.default_org()
     template_id, version_id = new_id(), new_id()
     version = TemplateVersion(
         id=version_id, template_id=template_id, name=f"{name}-v1", parameters=parameters,
         presets=[Preset(id=new_id(), name=n, parameters=dict(p), default=(i == 0))
                  for i, (n, p) in enumerate((presets or {}).items())],
-        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error,
-        has_ai_task=ai_task)
+        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error)
     template = Template(id=template_id, organization_id=org.id, name=name, display_name=display_name,
                         description=description, active_version_id=version_id, created_by=owner.id,
-                        created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel)
+                        created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel,
+                        **(schedule or {}))
     b.versions[version_id] = version
     b.templates[template_id] = template
     return template
 
 
-def seed_demo(b: Backend, token: str, *, settle: bool = True) -> None:
-    """User `demo` (site owner) in org `coder`, two fleet templates, a plain one,
-    and two workspaces the fleet must never show or touch; a second user `alice`
-    with a fleet agent of her own."""
+def seed_empty(b: Backend, token: str) -> User:
+    """A deployment with nothing in it but org `coder` and its site owner `demo`, whose token is `token`
+    (an empty Coder still has its first user: the token the emulator prints works)."""
     b.reset()
     org = Organization(id=new_id(), name="coder", display_name="Coder", is_default=True, created_at=b.now())
     b.orgs[org.id] = org
-    demo = add_user(b, "demo", token, ["owner"])
+    return add_user(b, "demo", token, ["owner"])
+
+
+def seed_demo(b: Backend, token: str, *, settle: bool = True, runtime: str = "agentapi") -> None:
+    """User `demo` (site owner) in org `coder`, two fleet templates, a plain one,
+    and two workspaces the fleet must never show or touch; a second user `alice`
+    with a fleet agent of her own. With `runtime="runner"` the fleet templates'
+    agents declare the runner's app `fleet` (not AgentAPI's `ccw`) and its
+    optional model and budget parameters."""
+    demo = seed_empty(b, token)
     alice = add_user(b, "alice", f"{token}-alice", [])
     role_presets = {role: {"fleet_mcp_role": role} for role in ROLES}
-    fleet = add_template(b, "fleet-demo", "Fleet Demo", owner=demo, parameters=fleet_parameters(),
-                         presets=role_presets, apps=["ccw"],
-                         description="Claude Code agents for the demo project")
-    add_template(b, "fleet-research", "Research Lab", owner=demo, parameters=fleet_parameters(), apps=["ccw"],
+    runner = runtime == "runner"
+    apps = [fleet_app(runtime)]
+    fleet = add_template(b, "fleet-demo", "Fleet Demo", owner=demo, parameters=fleet_parameters(runner),
+                         presets=role_presets, apps=apps, description="Claude Code agents for the demo project")
+    add_template(b, "fleet-research", "Research Lab", owner=demo, parameters=fleet_parameters(runner), apps=apps,
                  description="Research agents; roles come from the role parameter", allow_cancel=False)
     plain = add_template(b, "docker", "Docker Containers", owner=demo, apps=["code-server"],
                          parameters=[ParameterSpec("cpu", default_value="2", options=[
                              {"name": "2 cores", "value": "2"}, {"name": "4 cores", "value": "4"}])],
                          description="A plain development workspace")
-    if tasks_api(b):  # Coder v2.36: a template whose coder_ai_task runs Claude Code in `ccw`
-        add_template(b, "tasks-demo", "Tasks Demo", owner=demo, parameters=fleet_parameters(),
-                     presets=role_presets, apps=["ccw"], description="Claude Code tasks (coder_ai_task)", ai_task=True)
     b.create_workspace(demo, "me", {"name": "dev-box", "template_id": plain.id})
     b.create_workspace(demo, "me", {"name": "hand-made", "template_id": fleet.id, "rich_parameter_values": [
         {"name": "fleet_mcp_role", "value": "manager"}, {"name": "fleet_mcp_agent_spec", "value": "Made by hand"}]})

@@ -77,7 +77,6 @@ class TemplateVersion:
     created_at: datetime
     build_error: str = ""  # non-empty: every build of this version fails with it
     startup_error: bool = False  # the agent's startup script fails (lifecycle start_error)
-    has_ai_task: bool = False  # declares `coder_ai_task`: the Tasks API may run it
 
 
 @dataclass
@@ -94,6 +93,10 @@ class Template:
     allow_user_cancel_workspace_jobs: bool = False
     deprecated: bool = False
     icon: str = ""
+    default_ttl_ms: int = 0
+    activity_bump_ms: int = 3_600_000  # Coder's default: one hour
+    allow_user_autostop: bool = True
+    max_deadline_ms: int = 0  # emulator-only stand-in for an autostop requirement: a build's max_deadline
 
 
 @dataclass
@@ -140,6 +143,7 @@ class Agent:
     disconnected_at: datetime | None = None
     started_at: datetime | None = None
     ready_at: datetime | None = None
+    auth_token: str = field(default_factory=new_id)  # CODER_AGENT_TOKEN: a UUIDv4, one per agent
 
 
 @dataclass
@@ -157,6 +161,8 @@ class Build:
     preset_id: str | None = None
     resource_id: str = field(default_factory=new_id)
     agents: list[Agent] = field(default_factory=list)  # filled when a start job succeeds
+    deadline: datetime | None = None  # autostop time of a start build (schedule.py)
+    max_deadline: datetime | None = None
 
     @property
     def status(self) -> str:
@@ -185,6 +191,7 @@ class Workspace:
     statuses: list[AppStatus] = field(default_factory=list)  # oldest first
     deleted: bool = False
     last_used_at: datetime | None = None
+    ttl_ms: int | None = None  # the owner's autostop TTL
 
     @property
     def latest_build(self) -> Build:

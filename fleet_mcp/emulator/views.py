@@ -16,6 +16,8 @@ from .state import (
     Workspace,
 )
 
+from .schedule import effective_ttl_ms
+
 if TYPE_CHECKING:
     from .backend import Backend
 
@@ -69,12 +71,12 @@ def template_json(t: Template, b: Backend) -> dict:
                                   if w.template_id == t.id and not w.deleted}),
         "build_time_stats": {"start": stats, "stop": stats, "delete": stats},
         "description": t.description, "deprecated": t.deprecated, "deprecation_message": "", "deleted": False,
-        "icon": t.icon, "default_ttl_ms": 0, "activity_bump_ms": 3600000,
+        "icon": t.icon, "default_ttl_ms": t.default_ttl_ms, "activity_bump_ms": t.activity_bump_ms,
         "autostop_requirement": {"days_of_week": [], "weeks": 1},
         "autostart_requirement": {"days_of_week": ["monday", "tuesday", "wednesday", "thursday", "friday",
                                                    "saturday", "sunday"]},
         "created_by_id": author.id, "created_by_name": author.username,
-        "allow_user_autostart": True, "allow_user_autostop": True,
+        "allow_user_autostart": True, "allow_user_autostop": t.allow_user_autostop,
         "allow_user_cancel_workspace_jobs": t.allow_user_cancel_workspace_jobs,
         "failure_ttl_ms": 0, "time_til_dormant_ms": 0, "time_til_dormant_autodelete_ms": 0,
         "time_til_autostop_notify_ms": 0,
@@ -154,13 +156,16 @@ def app_status_json(s: AppStatus, ws: Workspace) -> dict:
 def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None) -> dict:
     # ws None: an app of a template version's import (no workspace: no statuses, no subdomain name).
     statuses = [app_status_json(s, ws) for s in reversed(ws.statuses) if s.app_id == app.id] if ws else []
+    # AgentAPI (claude-code module) listens on 3284 and answers /status; the runner on 4300, /health.
+    base, health, title = (("http://localhost:4300", "/health", "Claude Code (fleet runner)") if app.slug == "fleet"
+                           else ("http://localhost:3284", "/status", "Claude Code" if app.slug == "ccw" else app.slug))
     return {
-        "id": app.id, "url": "http://localhost:3284/", "external": False, "slug": app.slug,
-        "display_name": "Claude Code" if app.slug == "ccw" else app.slug, "icon": "/icon/claude.svg",
+        "id": app.id, "url": f"{base}/", "external": False, "slug": app.slug,
+        "display_name": title, "icon": "/icon/claude.svg",
         "subdomain": False,
         "subdomain_name": f"{app.slug}--{agent.name}--{ws.name}--{owner.username}" if ws and owner else "",
         "sharing_level": "owner",
-        "healthcheck": {"url": "http://localhost:3284/status", "interval": 3, "threshold": 20},
+        "healthcheck": {"url": base + health, "interval": 3, "threshold": 20},
         "health": app.health, "hidden": False, "open_in": "slim-window", "statuses": statuses,
     }
 
@@ -229,17 +234,12 @@ def build_json(build: Build, ws: Workspace, b: Backend) -> dict:
         "build_number": build.build_number, "transition": build.transition,
         "initiator_id": initiator.id, "initiator_name": initiator.username,
         "job": _job_json(build.job, b, ws.organization_id, build_id=build.id),
-        "reason": build.reason, "resources": resources, "deadline": None, "max_deadline": None,
+        "reason": build.reason, "resources": resources, "deadline": ts(build.deadline), "max_deadline": ts(build.max_deadline),
         "status": build.status, "daily_cost": 0,
         "matched_provisioners": {"count": 1, "available": 1, "most_recently_seen": ts(b.now())},
-        "template_version_preset_id": build.preset_id, "has_ai_task": _task_id(ws, b) is not None,
+        "template_version_preset_id": build.preset_id, "has_ai_task": False,
         "has_external_agent": False,
     }
-
-
-def _task_id(ws: Workspace, b: Backend) -> str | None:
-    """The Tasks API's task run by this workspace (Coder v2.36 only)."""
-    return next((t.id for t in b.tasks.values() if t.workspace_id == ws.id), None)
 
 
 def workspace_json(ws: Workspace, b: Backend) -> dict:
@@ -260,9 +260,9 @@ def workspace_json(ws: Workspace, b: Backend) -> dict:
         "latest_build": build_json(latest, ws, b),
         "latest_app_status": app_status_json(newest, ws) if newest else None,
         "outdated": latest.template_version_id != t.active_version_id,
-        "name": ws.name, "autostart_schedule": None, "ttl_ms": None,
+        "name": ws.name, "autostart_schedule": None, "ttl_ms": effective_ttl_ms(ws, t),
         "last_used_at": ts(ws.last_used_at or ws.created_at), "deleting_at": None, "dormant_at": None,
         "health": {"healthy": not failing, "failing_agents": failing},
         "automatic_updates": "never", "allow_renames": False, "favorite": False, "next_start_at": None,
-        "is_prebuild": False, "task_id": _task_id(ws, b), "shared_with": [],
+        "is_prebuild": False, "task_id": None, "shared_with": [],
     }

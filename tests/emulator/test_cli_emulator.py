@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -43,3 +47,46 @@ def test_real_time_workspace_is_up_within_seconds():
                 time.sleep(0.1)
             assert status == "running"
         assert stop(emulated.proc, timeout=15) == 0
+
+
+def test_the_empty_seed_prints_a_token_that_works():
+    with emulator_process("--seed", "empty") as emulated:
+        with httpx.Client(base_url=emulated.url, headers={"Coder-Session-Token": emulated.token},
+                          timeout=10) as client:
+            me = client.get("/api/v2/users/me")
+            assert me.status_code == 200 and me.json()["username"] == "demo"
+            assert client.get("/api/v2/templates").json() == []
+            assert client.get("/api/v2/workspaces").json()["count"] == 0
+        assert stop(emulated.proc, timeout=15) == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("claude_agent_sdk") is None,
+                    reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
+def test_runner_runtime_processes_end_with_the_emulator(tmp_path):
+    pid = None
+    with open(tmp_path / "stderr", "w+") as err, \
+            emulator_process("--seed", "empty", "--agent-runtime", "runner", stderr=err) as emulated:
+        with httpx.Client(base_url=emulated.url, headers={"Coder-Session-Token": emulated.token},
+                          timeout=10) as client:
+            assert client.post("/emulator/templates", json={"name": "fleet-runner"}).status_code == 201
+            t = client.get("/api/v2/organizations/coder/templates/fleet-runner").json()
+            client.post("/api/v2/users/me/workspaces", json={"name": "agent-1", "template_id": t["id"]})
+            deadline = time.monotonic() + 60  # a real runner process: bounded wait
+            while time.monotonic() < deadline:
+                if client.get("/@demo/agent-1/apps/fleet/health").status_code == 200:
+                    pid = client.get("/emulator/agents/agent-1/runner").json()["pid"]
+                    break
+                time.sleep(0.2)
+            assert pid, "the runner never answered /health behind the app proxy"
+        code = stop(emulated.proc, signal.SIGTERM, timeout=30)
+        err.seek(0)
+        assert code == 0, err.read()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the runner and its Claude Code are gone with the emulator
+
+
+@pytest.mark.skipif(importlib.util.find_spec("claude_agent_sdk") is not None, reason="claude-agent-sdk is installed")
+def test_runner_runtime_without_the_sdk_is_refused_in_one_line():
+    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--agent-runtime", "runner"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "claude-agent-sdk" in done.stderr

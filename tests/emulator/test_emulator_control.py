@@ -20,7 +20,10 @@ async def test_reset_empty_and_demo(coder):
     await create_workspace(coder, "temp")
     r = await coder.post("/emulator/reset", json={"seed": "empty"})
     assert r.status_code == 200
-    assert (await coder.get("/api/v2/users/me")).status_code == 401  # no users any more
+    me = await coder.get("/api/v2/users/me")  # the site owner stays: the printed token works
+    assert me.status_code == 200 and me.json()["username"] == "demo"
+    assert (await coder.get("/api/v2/templates")).json() == []
+    assert (await coder.get("/api/v2/workspaces")).json()["count"] == 0
     await coder.post("/emulator/reset", json={"seed": "demo"})
     names = [w["name"] for w in (await coder.get("/api/v2/workspaces", params={"q": "owner:me"})).json()["workspaces"]]
     assert "temp" not in names and "dev-box" in names

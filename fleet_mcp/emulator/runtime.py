@@ -1,0 +1,301 @@
+"""The runner runtime: a real `fleet-mcp runner` process behind every started `fleet` app.
+
+A supervisor task (run in the emulator's lifespan) reconciles processes with
+the workspaces: an agent whose `fleet` app came up gets a runner in the
+workspace's scratch directory (its disk: `work/` and `home/` under a temporary
+directory the emulator owns); a stop build or a replaced agent stops it
+(SIGTERM, a bounded wait, then SIGKILL to its process group); a start brings a
+new one up in the same directory, which resumes from its state file; a delete
+removes the directory. The app's health follows the runner's `/health`. The
+runner is a separate process started as `python -m fleet_mcp runner`: nothing
+here imports the rest of `fleet_mcp`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
+
+from .seed import ROLE_PROMPTS
+from .state import Agent, Workspace
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .backend import Backend
+
+__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners"]
+
+log = logging.getLogger("fleet_mcp.emulator")
+
+RUNNER_SLUG = "fleet"
+START_WAIT_S = 30.0
+STOP_WAIT_S = 10.0
+POLL_S = 1.0
+# Variables of the emulator's own environment a runner must not inherit: it gets its own.
+PRIVATE = ("FLEET_RUNNER_", "FLEET_MCP_", "ANTHROPIC_", "CLAUDE", "CODER_")
+HOP_BY_HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
+              "coder-session-token", "cookie", "authorization"}
+
+
+@dataclass
+class RunnerProcess:
+    agent_id: str
+    proc: subprocess.Popen
+    log: Path
+    url: str = ""
+
+
+class Runners:
+    """Every workspace's runner process; `url` (the emulator's own) must be set before `run()`."""
+
+    def __init__(self, backend: Backend, anthropic_base_url: str | None = None) -> None:
+        self.backend = backend
+        self.anthropic_base_url = anthropic_base_url
+        self.url: str | None = None
+        self.root: Path | None = None
+        self.procs: dict[str, RunnerProcess] = {}  # workspace id -> its runner
+        self.ready: set[str] = set()  # agents whose apps came up: they run a runner
+        self.exited: set[str] = set()  # agents whose runner ended on its own: not restarted (as a coder_script)
+        self._wake: asyncio.Event | None = None
+        self._client: httpx.AsyncClient | None = None
+        backend.lifecycle.listeners.append(self._on_lifecycle)
+
+    # --- what the proxy asks ----------------------------------------------------
+
+    def url_of(self, ws: Workspace) -> str:
+        """The runner's base URL when one listens for this workspace, else ''."""
+        found = self.procs.get(ws.id)
+        return found.url if found and found.proc.poll() is None else ""
+
+    def directory(self, ws: Workspace) -> Path | None:
+        """The workspace's scratch directory (its disk), once it has one."""
+        return self.root / ws.id if self.root and (self.root / ws.id).exists() else None
+
+    def forward(self, base: str, path: str) -> RunnerForward:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0))
+        return RunnerForward(self._client, base, path)
+
+    # --- supervision --------------------------------------------------------------
+
+    def _on_lifecycle(self, event: str, ws: Workspace) -> None:
+        agent = ws.latest_build.agents[0] if ws.latest_build.agents else None
+        if event == "app_ready" and agent:
+            for app in agent.apps:
+                if app.slug == RUNNER_SLUG:
+                    app.health = "initializing"  # until the runner answers /health
+                    self.ready.add(agent.id)
+        if self._wake:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Reconcile processes with workspaces until cancelled; then stop every process."""
+        if not self.url:
+            raise RuntimeError("agent_runtime='runner' needs the emulator served on a socket (its URL is the "
+                               "runners' CODER_AGENT_URL): use app.running() or `fleet-mcp emulator`")
+        self.root = Path(tempfile.mkdtemp(prefix="fleet-emulator-"))
+        self._wake = asyncio.Event()
+        try:
+            while True:
+                try:
+                    await self.reconcile()
+                except OSError as exc:  # a full disk or a missing interpreter must not end supervision
+                    log.warning("runner supervision: %s", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+                self._wake.clear()
+        finally:
+            await self.aclose()
+
+    async def reconcile(self) -> None:
+        self.backend.settle()
+        for ws_id in [w for w in self.procs if w not in self.backend.workspaces]:  # forgotten by a reset
+            await asyncio.to_thread(self._stop, self.procs.pop(ws_id))
+        if self.root:
+            for disk in [d for d in self.root.iterdir() if d.name not in self.backend.workspaces]:
+                await asyncio.to_thread(shutil.rmtree, disk, True)
+        for ws in list(self.backend.workspaces.values()):
+            wanted = self._wanted(ws)
+            have = self.procs.get(ws.id)
+            if have and have.proc.poll() is not None:
+                self.exited.add(have.agent_id)
+                self._set_health(ws, have.agent_id, "unhealthy")
+            if have and (wanted is None or wanted.id != have.agent_id or have.proc.poll() is not None):
+                await asyncio.to_thread(self._stop, self.procs.pop(ws.id))
+            if wanted and ws.id not in self.procs and wanted.id not in self.exited:
+                await self._start(ws, wanted)
+            if ws.deleted and self.root and (self.root / ws.id).exists():
+                await asyncio.to_thread(shutil.rmtree, self.root / ws.id, True)
+        await self._check_health()
+
+    def _wanted(self, ws: Workspace) -> Agent | None:
+        build = ws.latest_build
+        if ws.deleted or build.transition != "start" or build.job.status != "succeeded" or not build.agents:
+            return None
+        agent = build.agents[0]
+        return agent if agent.status == "connected" and agent.id in self.ready else None
+
+    async def _start(self, ws: Workspace, agent: Agent) -> None:
+        assert self.root is not None
+        disk = self.root / ws.id
+        (disk / "work").mkdir(parents=True, exist_ok=True)
+        (disk / "home").mkdir(parents=True, exist_ok=True)
+        log = disk / "runner.log"
+        proc = await asyncio.to_thread(_spawn, disk, log, self._env(ws, agent, disk))
+        running = RunnerProcess(agent.id, proc, log)
+        self.procs[ws.id] = running
+        line = await asyncio.to_thread(_first_line, proc, START_WAIT_S)
+        if line.startswith("FLEET_RUNNER_URL="):
+            running.url = line.split("=", 1)[1]
+        asyncio.get_running_loop().run_in_executor(None, _drain, proc)
+
+    def _env(self, ws: Workspace, agent: Agent, disk: Path) -> dict[str, str]:
+        params = dict(ws.latest_build.parameters)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE)}
+        chosen = {
+            "FLEET_RUNNER_SPEC": params.get("fleet_mcp_agent_spec", ""),
+            "FLEET_RUNNER_SYSTEM_PROMPT": ROLE_PROMPTS.get(params.get("fleet_mcp_role", ""), ""),
+            "FLEET_RUNNER_MODEL": params.get("fleet_mcp_model", ""),
+            "FLEET_RUNNER_MAX_TURNS": params.get("fleet_mcp_max_turns", ""),
+            "FLEET_RUNNER_MAX_COST_USD": params.get("fleet_mcp_max_cost_usd", ""),
+            "FLEET_RUNNER_PORT": "0",
+            "CODER_AGENT_URL": self.url or "",
+            "CODER_AGENT_TOKEN": agent.auth_token,
+            "ANTHROPIC_BASE_URL": self.anthropic_base_url or f"{self.url}/emulator/anthropic",
+            "ANTHROPIC_API_KEY": "emulator",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "HOME": str(disk / "home"),
+        }
+        return {**env, **{k: v for k, v in chosen.items() if v}}
+
+    @staticmethod
+    def _set_health(ws: Workspace | None, agent_id: str, health: str) -> bool:
+        """Set the agent's `fleet` app health; False when that agent or app is gone."""
+        agent = next((a for a in ws.latest_build.agents if a.id == agent_id), None) if ws else None
+        app = next((a for a in agent.apps if a.slug == RUNNER_SLUG), None) if agent else None
+        if app:
+            app.health = health
+        return app is not None
+
+    async def _check_health(self) -> None:
+        for ws_id, running in list(self.procs.items()):
+            healthy = False
+            if running.url and running.proc.poll() is None:
+                with contextlib.suppress(Exception):
+                    r = await self.forward(running.url, "/health").fetch("GET", timeout=2.0)
+                    healthy = r.status_code == 200
+            self._set_health(self.backend.workspaces.get(ws_id), running.agent_id,
+                             "healthy" if healthy else "unhealthy" if running.url else "initializing")
+
+    @staticmethod
+    def _stop(running: RunnerProcess) -> None:
+        """SIGTERM, a bounded wait, then SIGKILL to the runner's whole process group (Claude Code too)."""
+        proc = running.proc
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(STOP_WAIT_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the runner left behind in its group
+        if proc.stdout:
+            proc.stdout.close()
+
+    async def aclose(self) -> None:
+        """Stop every runner (concurrently), close the proxy's client and remove the scratch directories."""
+        procs, self.procs = list(self.procs.values()), {}
+        await asyncio.gather(*(asyncio.to_thread(self._stop, p) for p in procs))
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self.close()
+
+    def close(self) -> None:
+        """Synchronous last resort: stop what still runs and remove the scratch root."""
+        procs, self.procs = list(self.procs.values()), {}
+        for running in procs:
+            self._stop(running)
+        if self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
+class RunnerForward(Response):
+    """Hands an app-proxy request to the runner over plain HTTP; status, body and content type come back."""
+
+    def __init__(self, client: httpx.AsyncClient, base: str, path: str) -> None:
+        super().__init__()
+        self.client, self.base, self.path = client, base, path
+
+    async def fetch(self, method: str, query: bytes = b"", headers: list | None = None, body: bytes = b"",
+                    timeout: float | None = None) -> httpx.Response:
+        url = self.base + self.path + (f"?{query.decode('latin-1')}" if query else "")
+        if timeout is None:
+            return await self.client.request(method, url, headers=headers or [], content=body)
+        return await self.client.request(method, url, headers=headers or [], content=body, timeout=timeout)
+
+    async def __call__(self, scope, receive, send) -> None:
+        from .proxy import bad_gateway
+
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
+                   if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        try:
+            r = await self.fetch(scope["method"], scope.get("query_string", b""), headers, body)
+        except Exception:  # noqa: BLE001 - any failure to reach the runner is Coder's 502
+            answer: Response = bad_gateway(self.base)
+        else:
+            answer = Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
+        for k, v in self.raw_headers:
+            if k != b"content-length":
+                answer.raw_headers.append((k, v))
+        await answer(scope, receive, send)
+
+
+def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`python -m fleet_mcp runner` in the workspace's `work/`, in a process group of its own."""
+    with open(log, "ab") as errors:
+        return subprocess.Popen([sys.executable, "-m", "fleet_mcp", "runner", "--workdir", str(disk / "work")],
+                                cwd=disk / "work", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=errors, start_new_session=True)
+
+
+def _first_line(proc: subprocess.Popen, timeout: float) -> str:
+    """The process's first stdout line, or '' when it says nothing within `timeout` seconds."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return ""
+    return proc.stdout.readline().decode(errors="replace").strip()
+
+
+def _drain(proc: subprocess.Popen) -> None:
+    """Read and drop whatever else the runner prints, so a full pipe never blocks it."""
+    with contextlib.suppress(ValueError, OSError):
+        while proc.stdout and proc.stdout.read(65536):
+            pass
