@@ -198,6 +198,8 @@ class TurnOutcome(BaseModel):
     agent_name: str
     task: str | None = Field(description="The task that produced the result")
     outcome: Literal["succeeded", "failed", "interrupted"]
+    stop_reason: str | None = Field(default=None, description="Why the turn ended when it did not succeed, e.g. "
+                                                              "error_max_turns or error_max_budget_usd (runner)")
     text: str = Field(description="The agent's final answer, cut to 4,000 characters")
     truncated: bool
     pull_request_url: str | None = None

@@ -138,6 +138,9 @@ def list_status(ws: Workspace, slugs: Slugs) -> Status:
     app, statuses = app_statuses(ws, slugs)
     if app is not None and not app.statuses and fresh_app_status(ws) is not None:
         statuses = [fresh_app_status(ws)]  # type: ignore[list-item]  # a listing without per-app history
+    if not statuses and ws.latest_build.build_number <= 1:
+        # A new agent's first turn is its spec, which starts as soon as its program is up.
+        return Status("busy", source="app status", since=base.since)
     return turn_status(statuses, runner=app is not None and app.slug == slugs.runner)
 
 
@@ -151,6 +154,8 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
     if live is None:
         return replace(base, value="offline", problem=snap.unreachable)
     turn = list_status(snap.workspace, slugs)
+    if live.state == "starting":  # the runner is (re)connecting to Claude Code; a task sent now waits for it
+        return Status("starting", source="driver", since=live.since)
     if live.state == "working":
         return Status("busy", source="driver", since=live.since or turn.since)
     if live.state == "needs_input":

@@ -15,6 +15,8 @@ from .status import Snapshot, live_status
 __all__ = ["RESULT_CHARS", "Turns"]
 
 RESULT_CHARS = 4_000
+_BUDGETS = {"error_max_turns": "Stopped: the turn reached the agent's max_turns budget.",
+            "error_max_budget_usd": "Stopped: the turn reached the agent's max_cost_usd budget."}
 
 
 class Turns:
@@ -37,6 +39,7 @@ class Turns:
             raise bad_request(f"Agent {name!r} is offline: {exc}") from None
         except NotSupported as exc:
             raise bad_request(f"Agent {name!r}: {exc}", if_busy=if_busy) from None
+        queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
         said = "queued; it starts when the current turn ends" if queued else "sent"
@@ -115,8 +118,10 @@ class Turns:
 def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> TurnOutcome:
     pr = turn.pull_request_url or (m.group(0) if (m := PR_LINK.search(turn.text)) else None)
     outcome: LastTurn = "interrupted" if turn.interrupted else "failed" if turn.is_error else "succeeded"
-    return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, text=turn.text[:RESULT_CHARS],
-                       truncated=len(turn.text) > RESULT_CHARS, pull_request_url=pr, num_turns=turn.num_turns,
+    reason = turn.subtype if outcome != "succeeded" and turn.subtype and turn.subtype != "success" else None
+    text = turn.text or _BUDGETS.get(reason or "", "")
+    return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, stop_reason=reason,
+                       text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr, num_turns=turn.num_turns,
                        duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
                        finished_at=iso(turn.finished_at), driver=driver)  # type: ignore[arg-type]
 

@@ -9,6 +9,7 @@ parsing, and every timestamp becomes an aware UTC `datetime` (Coder's zero time
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, TypeVar
@@ -52,6 +53,10 @@ def _none_to_list(value: Any) -> Any:
 
 def _none_to_str(value: Any) -> Any:
     return "" if value is None else value
+
+
+def _unescaped(value: Any) -> Any:
+    return html.unescape(value) if isinstance(value, str) else _none_to_str(value)
 
 
 Timestamp = Annotated[datetime | None, BeforeValidator(parse_timestamp)]
@@ -219,10 +224,12 @@ Presets = ListOf[Preset]
 
 
 class WorkspaceAppStatus(LenientModel):
+    """An app status; Coder stores its message HTML-escaped (UISanitize), so it is unescaped here."""
+
     id: Text = ""
     created_at: Timestamp = None
     state: Text = ""
-    message: Text = ""
+    message: Annotated[str, BeforeValidator(_unescaped)] = ""
     uri: Text = ""
     needs_user_attention: bool = False
     workspace_id: Text = ""

@@ -17,7 +17,7 @@ __all__ = [
     "Pending", "TurnResult", "Unreachable",
 ]
 
-LiveState = Literal["working", "idle", "needs_input", "error"]
+LiveState = Literal["starting", "working", "idle", "needs_input", "error"]
 IfBusy = Literal["reject", "queue", "interrupt"]
 
 

@@ -17,7 +17,7 @@ from .base import Busy, DriverError, IfBusy, Live, Message, NothingPending, Pend
 __all__ = ["RunnerDriver"]
 
 T = TypeVar("T")
-_STATES = {"working": "working", "starting": "working", "idle": "idle", "needs_input": "needs_input",
+_STATES = {"working": "working", "starting": "starting", "idle": "idle", "needs_input": "needs_input",
            "error": "error"}
 
 
@@ -50,6 +50,10 @@ class _Message(LenientModel):
 
 class _Messages(LenientModel):
     messages: ListOf[_Message] = []
+
+
+class _Sent(LenientModel):
+    queued: bool = False
 
 
 class _Result(LenientModel):
@@ -97,10 +101,10 @@ class RunnerDriver:
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
         try:
-            answer = await self._call("POST", "message", None, {"content": text, "if_busy": if_busy})
+            sent: _Sent = await self._call("POST", "message", _Sent, {"content": text, "if_busy": if_busy})
         except ce.Conflict as exc:
             raise Busy("The agent already has a running task.") from exc
-        return bool(answer and answer.get("queued")) if isinstance(answer, dict) else False
+        return sent.queued
 
     async def interrupt(self) -> None:
         try:

@@ -90,6 +90,8 @@ class Conversation:
         if if_busy == "queue" or self.state not in RUNNING:  # starting or error: delivered once connected
             self.saved.queue.append(content)
             self._save()
+            if self.state not in RUNNING:  # Coder (and so every list) sees the work coming before it starts
+                self.reporter.working(content)
             self._retry.set()  # from the error state, a new message is the cue to reconnect
             return True
         if if_busy == "reject":

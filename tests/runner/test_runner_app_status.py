@@ -4,10 +4,10 @@ through Coder's API (working, idle with "Needs input:", complete with the pull r
 
 from __future__ import annotations
 
+import html
 import time
 
 import httpx
-import pytest
 from runners import WAIT_S, needs_sdk, runner_process, served
 from support import TOKEN
 
@@ -17,15 +17,11 @@ pytestmark = needs_sdk
 WORKSPACE, SLUG = "dev-box", "code-server"  # a seeded workspace whose app no scripted AgentAPI reports for
 
 
-def _agent_token(emulator: Emulator, coder: httpx.Client) -> str:
-    ws = coder.get(f"/api/v2/users/me/workspace/{WORKSPACE}").json()
-    agent_id = ws["latest_build"]["resources"][0]["agents"][0]["id"]
-    for build in (b for w in emulator.backend.workspaces.values() for b in w.builds):
-        for agent in build.agents:
-            token = getattr(agent, "auth_token", None) or getattr(agent, "token", None)
-            if agent.id == agent_id and token:
-                return str(token)
-    pytest.skip("the emulator gives workspace agents no token yet (the emulator branch adds agent-token auth)")
+def _agent_token(coder: httpx.Client) -> str:
+    """The workspace agent's own token, as Coder hands it to the agent's processes (CODER_AGENT_TOKEN)."""
+    found = coder.get(f"/emulator/agents/{WORKSPACE}/token")
+    assert found.status_code == 200, found.text
+    return str(found.json()["token"])
 
 
 def _statuses(coder: httpx.Client) -> list[dict]:
@@ -39,17 +35,15 @@ def _wait_statuses(coder: httpx.Client, count: int) -> list[dict]:
     while len(found := _statuses(coder)) < count:
         assert time.monotonic() < deadline, f"waited for {count} statuses; got {found}"
         time.sleep(0.05)
-    return [(s["state"], s["message"], s["uri"]) for s in found]
+    # Coder stores messages HTML-escaped (UISanitize), as the fleet's client unescapes them.
+    return [(s["state"], html.unescape(s["message"]), s["uri"]) for s in found]
 
 
 def test_app_statuses_reach_coder_as_the_turns_go(tmp_path, api):
     emulator = Emulator(token=TOKEN)
     with served(emulator.app) as coder_url, httpx.Client(base_url=coder_url, timeout=10,
                                                           headers={"Coder-Session-Token": TOKEN}) as coder:
-        probe = httpx.patch(f"{coder_url}/api/v2/workspaceagents/me/app-status", json={}, timeout=10)
-        if probe.status_code in (404, 405):
-            pytest.skip("the emulator has no PATCH /api/v2/workspaceagents/me/app-status yet (emulator branch)")
-        token = _agent_token(emulator, coder)
+        token = _agent_token(coder)
         with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC="Ship the feature\nin detail [[pr]]",
                             FLEET_RUNNER_APP_SLUG=SLUG, CODER_AGENT_URL=coder_url, CODER_AGENT_TOKEN=token) as runner:
             runner.wait_turns(1)

@@ -1,0 +1,152 @@
+"""Every tool on runner agents: the real Claude Code through `fleet-mcp runner`, the model scripted.
+
+One emulator per test with `agent_runtime="runner"` on a loopback socket and real time; the fleet server
+reaches it over HTTP, as it reaches a real Coder. Slower than the AgentAPI tests (real processes), so each
+test walks a whole story.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from fastmcp import Client
+from runners import needs_sdk
+from support import TOKEN, CheckedTransport, Tools, fleet_settings
+
+from fleet_mcp.emulator import REAL_TIME, Emulator
+from fleet_mcp.emulator.app import running
+from fleet_mcp.server import build_server
+
+pytestmark = needs_sdk
+WAIT = {"timeout_s": 90}
+
+
+@asynccontextmanager
+async def runner_fleet(conformance, **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
+    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner."""
+    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner")
+    async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
+                                                           timeout=30) as coder:
+        transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
+        server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
+                                             cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
+        async with Client(server) as client:
+            yield Tools(client), coder
+
+
+async def disk(coder: httpx.AsyncClient, name: str) -> Path:
+    """The agent's workspace directory, where Claude Code works."""
+    return Path((await coder.get(f"/emulator/agents/{name}/runner")).json()["directory"]) / "work"
+
+
+async def test_a_runner_agent_through_its_turns(conformance):
+    async with runner_fleet(conformance) as (tools, coder):
+        made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
+                           model="haiku")
+        assert made["agent"]["status"] == "busy"
+        waited = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
+        assert waited["met"] == ["sdk-one"] and waited["agents"][0]["last_turn"] == "succeeded"
+        assert (await disk(coder, "sdk-one") / "step-1.txt").is_file()  # Claude Code really wrote it
+
+        shown = (await tools("show_agent", agent_name="sdk-one"))["agent"]
+        assert (shown["status"], shown["driver"], shown["model"]) == ("idle", "runner", "haiku")
+        assert shown["cost_usd"] > 0 and shown["status_source"] == "driver"
+        listed = (await tools("list_agents"))["agents"][0]
+        assert (listed["status"], listed["last_turn"]) == ("idle", "succeeded")
+        states = [t["state"] for t in (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]]
+        assert states[:2] == ["idle", "complete"] and "working" in states
+        log = (await tools("show_agent_log", agent_name="sdk-one"))["messages"]
+        assert {"user", "assistant", "tool_use"} <= {m["role"] for m in log}
+        result = await tools("get_agent_result", agent_name="sdk-one")
+        assert result["outcome"] == "succeeded" and result["driver"] == "runner" and result["text"]
+        assert result["cost_usd"] > 0 and result["total_cost_usd"] == pytest.approx(result["cost_usd"])
+        assert result["num_turns"] >= 1 and result["duration_ms"] > 0
+        glance = (await tools("show_agents", agent_names=["sdk-one"]))["agents"][0]
+        assert glance["status"] == "idle" and glance["latest_output"]
+
+        sent = await tools("start_agent_task", agent_name="sdk-one", task_description="Keep going [[hang]]")
+        assert sent["agent_status"] == "busy"
+        busy = await tools.error("start_agent_task", agent_name="sdk-one", task_description="Then this")
+        assert busy["error"] == "conflict"
+        queued = await tools("start_agent_task", agent_name="sdk-one", task_description="Then this [[pr]]",
+                             if_busy="queue")
+        assert queued["task"]["state"] == "queued" and "queued" in queued["message"]
+        cancelled = await tools("cancel_agent_task", agent_name="sdk-one")
+        assert cancelled["message"] == "Task canceled."
+        after = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)  # the queued task ran
+        assert after["agents"][0]["last_turn"] == "succeeded"
+        last = await tools("get_agent_result", agent_name="sdk-one")
+        assert last["task"] == "Then this [[pr]]" and "/pull/" in last["pull_request_url"]
+        assert last["total_cost_usd"] > result["total_cost_usd"]  # cost sums over the turns
+
+        interrupting = await tools("start_agent_task", agent_name="sdk-one", task_description="Long [[hang]]")
+        assert interrupting["agent_status"] == "busy"
+        instead = await tools("start_agent_task", agent_name="sdk-one", task_description="Instead [[edit:b.txt]]",
+                              if_busy="interrupt")
+        assert instead["task"]["state"] == "working"
+        await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
+        assert (await disk(coder, "sdk-one") / "b.txt").is_file()
+
+
+async def test_permissions_and_failures_on_the_runner(conformance):
+    async with runner_fleet(conformance) as (tools, coder):
+        await tools("create_agent", name="sdk-ask", project="fleet-demo", spec="Run it [[permission]]")
+        waiting = await tools("wait_for_agents", agent_names=["sdk-ask"], until="needs_input", **WAIT)
+        assert waiting["met"] == ["sdk-ask"]
+        shown = (await tools("show_agent", agent_name="sdk-ask"))["agent"]
+        assert shown["status"] == "needs_input" and "Bash" in shown["problem"]
+        assert (await tools("list_agents"))["agents"][0]["status"] == "needs_input"  # from the app status alone
+        digits = await tools.error("answer_agent", agent_name="sdk-ask", decision="1")
+        assert digits["error"] == "bad_request"
+        answered = await tools("answer_agent", agent_name="sdk-ask", decision="allow")
+        assert answered["agent_status"] in ("busy", "idle")
+        await tools("wait_for_agents", agent_names=["sdk-ask"], **WAIT)
+        assert (await disk(coder, "sdk-ask") / "permitted.txt").is_file()
+        nothing = await tools.error("answer_agent", agent_name="sdk-ask", decision="deny")
+        assert nothing["error"] == "bad_request"
+
+        await tools("start_agent_task", agent_name="sdk-ask", task_description="Again [[permission]]")
+        await tools("wait_for_agents", agent_names=["sdk-ask"], until="needs_input", **WAIT)
+        await tools("answer_agent", agent_name="sdk-ask", decision="deny", message="Not on this machine.")
+        await tools("wait_for_agents", agent_names=["sdk-ask"], **WAIT)
+        assert not (await disk(coder, "sdk-ask") / "permitted.txt").read_text().count("\n") > 1
+
+        await tools("start_agent_task", agent_name="sdk-ask", task_description="Break it [[fail]]")
+        failed = await tools("wait_for_agents", agent_names=["sdk-ask"], until=["idle", "failed"], **WAIT)
+        assert failed["agents"][0]["last_turn"] == "failed"
+        result = await tools("get_agent_result", agent_name="sdk-ask")
+        assert result["outcome"] == "failed"
+
+
+async def test_stop_start_resumes_and_budgets_end_turns(conformance):
+    async with runner_fleet(conformance) as (tools, coder):
+        await tools("create_agent", name="sdk-keep", project="fleet-demo", spec="Remember the word pelican")
+        await tools("wait_for_agents", agent_names=["sdk-keep"], **WAIT)
+        await tools("stop_agent", agent_name="sdk-keep")
+        stopped = await tools("wait_for_agents", agent_names=["sdk-keep"], until="stopped", **WAIT)
+        assert stopped["met"] == ["sdk-keep"]
+        await tools("start_agent", agent_name="sdk-keep")
+        await tools("wait_for_agents", agent_names=["sdk-keep"], **WAIT)
+        sent = await tools("start_agent_task", agent_name="sdk-keep", task_description="Which word? [[edit:w.txt]]")
+        assert sent.get("agent_status") == "busy", sent
+        await tools("wait_for_agents", agent_names=["sdk-keep"], **WAIT)
+        requests = (await coder.get("/emulator/anthropic/requests")).json()
+        follow_up = next((r for r in reversed(requests["requests"]) if "Which word?" in str(r)), None)
+        assert follow_up, (sent, [str(r)[-300:] for r in requests["requests"][-3:]],
+                           await tools("show_agent", agent_name="sdk-keep"))
+        assert "pelican" in str(follow_up)  # the model saw the turns from before the stop
+
+        await tools("create_agent", name="sdk-cap", project="fleet-demo", spec="Many steps [[finish:4]]",
+                    max_turns=1)
+        await tools("wait_for_agents", agent_names=["sdk-cap"], until=["idle", "failed"], **WAIT)
+        capped = await tools("get_agent_result", agent_name="sdk-cap")
+        assert capped["outcome"] == "failed" and capped["stop_reason"] == "error_max_turns"
+        assert "maximum number of turns" in capped["text"]
+
+        deleted = await tools("delete_agent", agent_name="sdk-cap")
+        assert deleted["already_deleted"] is False
+        assert (await tools("show_agent", agent_name="sdk-cap"))["agent"]["status"] == "deleting"
