@@ -91,15 +91,30 @@ class Builds:
                 if _already(ws, to):
                     return False
             try:
-                await self.client.create_build(ws.id, to)
+                await self._request_build(ws.id, to)
             except ce.Conflict:
                 latest = await self.wait_idle(ws.id)
                 if _already(latest, to):
                     return False
-                await self.client.create_build(ws.id, to)
+                await self._request_build(ws.id, to)
         except ce.Gone:
             return False
         return True
+
+    async def _request_build(self, workspace_id: str, to: Transition) -> None:
+        """Post the build once; when its answer is lost, look at the workspace to learn whether it landed."""
+        try:
+            await self.client.create_build(workspace_id, to)
+        except (ce.Unavailable, ce.ServerError) as exc:
+            try:
+                landed = _already(await self.client.workspace(workspace_id), to)
+            except ce.Gone:
+                landed = to == "delete"
+            except ce.CoderError:
+                raise exc from None
+            if not landed:
+                raise unavailable(f"Coder did not take the {to} build (it answered: {exc.message}); nothing "
+                                  "changed. Try again.", transition=to) from None
 
     async def wait_idle(self, workspace_id: str) -> Workspace:
         """Wait (bounded) until the workspace has no active build."""

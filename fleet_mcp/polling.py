@@ -1,12 +1,16 @@
-"""`poll_until`: the one bounded wait loop of the fleet."""
+"""Bounded waits: `poll_until`, the fleet's one wait loop, and `within`, the deadline of a whole call."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
-__all__ = ["poll_until"]
+from .coder.client import DEADLINE
+from .errors import unavailable
+
+__all__ = ["poll_until", "within"]
 
 T = TypeVar("T")
 
@@ -26,3 +30,23 @@ async def poll_until(probe: Callable[[], Awaitable[T | None]], *, timeout_s: flo
         if left <= 0:
             return None
         await asyncio.sleep(min(interval_s, left))
+
+
+@asynccontextmanager
+async def within(seconds: float, what: str) -> AsyncIterator[None]:
+    """The block must be over in `seconds`, retries and inner waits included; `unavailable` when it is not.
+
+    Requests sent inside stop retrying at the deadline (`DEADLINE`), so the block ends on time with the
+    last real error rather than being cut in the middle of a backoff.
+    """
+    loop = asyncio.get_running_loop()
+    token = DEADLINE.set(loop.time() + seconds)
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise unavailable(f"{what} did not finish within {seconds:.0f} s: Coder or the agent is slow or "
+                          "unreachable. Check with show_agent before repeating a change.",
+                          deadline_s=round(seconds, 1)) from None
+    finally:
+        DEADLINE.reset(token)

@@ -6,13 +6,17 @@ failure as the contract's error envelope.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastmcp import Context, FastMCP
 from pydantic import Field
 
+from . import deadlines
+from .deadlines import Deadline, deadline_of_a_read
 from .errors import guarded
+from .polling import within
 from .fleet import Fleet
 from .lifecycle import Lifecycle
 from .models import (
@@ -58,10 +62,19 @@ def _waits(ctx: Context) -> Waits:
 def register(mcp: FastMCP) -> None:
     """Add the fleet's tools to a FastMCP server whose lifespan yields {"fleet", "lifecycle", "turns", "waits"}."""
 
-    def tool(**options: Any) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
-        return lambda fn: mcp.tool(**options)(guarded(fn))
+    def tool(deadline: Deadline = deadline_of_a_read, **options: Any) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
+        def add(fn: Callable[..., Awaitable[Any]]) -> Any:
+            @functools.wraps(fn)
+            async def call(**arguments: Any) -> Any:
+                seconds = deadline(_fleet(arguments["ctx"]).settings, arguments)
+                async with within(seconds, fn.__name__):
+                    return await fn(**arguments)
 
-    @tool(title="Create agent", annotations=WRITE)
+            return mcp.tool(**options)(guarded(call))
+
+        return add
+
+    @tool(title="Create agent", annotations=WRITE, deadline=deadlines.create)
     async def create_agent(
         ctx: Context,
         name: Annotated[str, Field(description="Unique short name: 1-20 letters, digits and hyphens")],
@@ -83,13 +96,13 @@ def register(mcp: FastMCP) -> None:
         return await _lifecycle(ctx).create(name, project, role, spec, autostop_minutes=autostop_minutes,
                                             model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
 
-    @tool(title="Stop agent", annotations={**WRITE, "idempotentHint": True})
+    @tool(title="Stop agent", annotations={**WRITE, "idempotentHint": True}, deadline=deadlines.build)
     async def stop_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
         """Stop the agent's workspace to save cost; its conversation is kept and start_agent resumes it.
         Stopping a stopped agent answers it as it is."""
         return await _lifecycle(ctx).stop(agent_name)
 
-    @tool(title="Start agent", annotations={**WRITE, "idempotentHint": True})
+    @tool(title="Start agent", annotations={**WRITE, "idempotentHint": True}, deadline=deadlines.build)
     async def start_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
         """Start a stopped agent's workspace again; the agent resumes its conversation (status `starting`, then
         `idle`)."""
@@ -126,13 +139,13 @@ def register(mcp: FastMCP) -> None:
         cut at 4,000 characters (`truncated` says so)."""
         return await _fleet(ctx).log(agent_name, page, page_size)
 
-    @tool(title="Delete agent", annotations={"readOnlyHint": False, "destructiveHint": True,
+    @tool(deadline=deadlines.build, title="Delete agent", annotations={"readOnlyHint": False, "destructiveHint": True,
                                                  "idempotentHint": True, "openWorldHint": True})
     async def delete_agent(ctx: Context, agent_name: AgentName) -> DeleteResult:
         """Delete an agent and destroy its workspace, even while it works. Cannot be undone."""
         return await _lifecycle(ctx).delete(agent_name)
 
-    @tool(title="Start agent task", annotations=WRITE)
+    @tool(title="Start agent task", annotations=WRITE, deadline=deadlines.send)
     async def start_agent_task(
         ctx: Context, agent_name: AgentName,
         task_description: Annotated[str, Field(description="The task, as you would say it to the agent")],
@@ -144,12 +157,12 @@ def register(mcp: FastMCP) -> None:
         after interrupting the running turn, as `if_busy` says."""
         return await _turns(ctx).start(agent_name, task_description, if_busy)
 
-    @tool(title="Cancel agent task", annotations={**WRITE, "destructiveHint": True})
+    @tool(title="Cancel agent task", annotations={**WRITE, "destructiveHint": True}, deadline=deadlines.cancel)
     async def cancel_agent_task(ctx: Context, agent_name: AgentName) -> TaskResult:
         """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task."""
         return await _turns(ctx).cancel(agent_name)
 
-    @tool(title="Answer agent", annotations=WRITE)
+    @tool(title="Answer agent", annotations=WRITE, deadline=deadlines.send)
     async def answer_agent(
         ctx: Context, agent_name: AgentName,
         decision: Annotated[str, Field(description="allow or deny the pending permission; on AgentAPI agents "
@@ -168,7 +181,7 @@ def register(mcp: FastMCP) -> None:
         Read show_agent_log for everything."""
         return await _turns(ctx).result(agent_name)
 
-    @tool(title="Wait for agents", annotations=WAIT)
+    @tool(title="Wait for agents", annotations=WAIT, deadline=deadlines.wait)
     async def wait_for_agents(
         ctx: Context,
         agent_names: Annotated[list[str], Field(description="The agents to wait on (1-100 names)")],

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from .drivers import Busy, DriverError, NothingPending, NotSupported, TurnResult, Unreachable
-from .errors import bad_request, conflict
+from .coder import errors as ce
+from .drivers import Busy, Driver, DriverError, NothingPending, NotSupported, TurnResult, Unreachable
+from .errors import bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
@@ -33,6 +34,11 @@ class Turns:
                            "with if_busy='queue' or 'interrupt'.", status="busy")
         try:
             queued = await driver.send(description, if_busy)  # type: ignore[arg-type]
+        except (ce.Unavailable, ce.ServerError) as exc:
+            if not await _landed(driver, description):
+                raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "
+                                  "Try again.") from None
+            queued = False
         except Busy:
             raise conflict(f"Agent {name!r} already has a running task.", status="busy") from None
         except Unreachable as exc:
@@ -51,6 +57,8 @@ class Turns:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
         try:
             await driver.interrupt()
+        except (ce.Unavailable, ce.ServerError):
+            pass  # the answer was lost: whether it stopped is what the wait below finds out
         except Unreachable as exc:
             raise bad_request(f"Agent {name!r} is offline: {exc}") from None
         except NotSupported as exc:
@@ -83,6 +91,11 @@ class Turns:
             raise bad_request("This agent runs on the runner: answer 'allow' or 'deny'.", field="decision")
         try:
             await driver.answer(decision, message)
+        except (ce.Unavailable, ce.ServerError) as exc:
+            live, _ = await self.fleet.live(driver)
+            if live is None or live.state == "needs_input":  # still waiting: the answer did not land
+                raise unavailable(f"The answer did not reach agent {name!r} ({exc.message}); it still waits. "
+                                  "Try again.") from None
         except NothingPending:
             raise bad_request(f"Agent {name!r} waits on no answer any more.") from None
         except Unreachable as exc:
@@ -113,6 +126,16 @@ class Turns:
                           text=said[-1].content if said else ended.message, is_error=ended.state == "failure",
                           finished_at=ended.created_at, pull_request_url=pr)
         return _outcome(name, turn, None, "agentapi")
+
+
+async def _landed(driver: Driver, text: str) -> bool:
+    """After a send whose answer was lost: is the task in the conversation, running, or queued?"""
+    try:
+        live, messages = await driver.live(), await driver.conversation()
+    except (ce.CoderError, DriverError):
+        return False
+    recent = [m.content.strip() for m in messages[-4:] if m.role == "user"]
+    return text.strip() in recent or (live.current_task or "").strip() == text.strip()
 
 
 def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> TurnOutcome:

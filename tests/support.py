@@ -52,7 +52,8 @@ def fleet_settings(**overrides):
 
     values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
               "poll_interval_s": 0.01, "cancel_wait_s": 2.0, "delete_wait_s": 2.0,
-              "agent_error_wait_s": 0.2, "wait_poll_interval_s": 0.01, "progress_interval_s": 0.05, **overrides}
+              "agent_error_wait_s": 0.2, "wait_poll_interval_s": 0.01, "progress_interval_s": 0.05, "create_adopt_wait_s": 0.5,
+              **overrides}
     return Settings(**values)
 
 

@@ -7,6 +7,7 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json as _json
 import random
@@ -14,6 +15,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,7 +35,10 @@ from fleet_mcp.settings import Settings
 if TYPE_CHECKING:
     from tenacity import AsyncRetrying, RetryCallState
 
-__all__ = ["CoderClient", "Transition", "app_proxy_path"]
+__all__ = ["DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
+
+# When the call this request serves must be over (loop time); retries never run past it.
+DEADLINE: ContextVar[float | None] = ContextVar("fleet_mcp_deadline", default=None)
 
 # httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
 # Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
@@ -296,6 +301,8 @@ class CoderClient:
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
 
         budget = self._settings.retry_budget_s
+        if (deadline := DEADLINE.get()) is not None:
+            budget = max(0.0, min(budget, deadline - asyncio.get_running_loop().time()))
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None
