@@ -14,9 +14,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from processes import SERVER, WAIT_S, Lines, clean_env, emulator_process, free_port, http_server, refusal
+from support import TOOLS
 
-TOOLS = {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "show_agent_log",
-         "delete_agent", "start_agent_task", "cancel_agent_task", "list_agent_roles", "list_agent_projects"}
 ERAS = {"initialize": "2025-11-25", "discover": "2026-07-28"}
 SECRET = "s3cr3t-t0ken-do-not-print"
 
