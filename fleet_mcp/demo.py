@@ -1,9 +1,12 @@
-"""`fleet-mcp demo`: a tour of the ten tools through a real MCP client, in under a minute.
+"""`fleet-mcp demo`: a tour of the tools through a real MCP client, in about a minute.
 
 The server is the one `fleet-mcp` serves, talking to the embedded Coder
 emulator on real time, and the tour drives it through `fastmcp.Client` over
 the MCP protocol, so every answer shown is what an orchestrator would get.
-The emulator lives in this process: nothing outside it is created or touched.
+With the `runner` extra installed the agents are the real Claude Code, run by
+`fleet-mcp runner` in scratch directories, with only the model scripted;
+without it, the emulator's scripted AgentAPI. Nothing outside this process
+and its temporary directories is created or touched.
 """
 
 from __future__ import annotations
@@ -24,10 +27,9 @@ BUILDER, SLEEPER = "builder", "sleeper"
 # Prompt markers script the emulator's Claude Code: open a PR and finish in 3 s; work until interrupted.
 BUILDER_SPEC = "Add a /health endpoint to the API service and open a pull request. [[pr]] [[finish:3]]"
 SLEEPER_SPEC = "Investigate the flaky checkout test until it is understood. [[hang]]"
-FOLLOW_UP = "Write release notes for the /health endpoint. [[finish:2]]"
-WAIT_S = 20.0  # per wait; a workspace is up in ~3 s on the emulator's real time
-POLL_S = 0.4
-TOTAL_S = 55.0
+FOLLOW_UP = "Run the test suite before the release notes. [[permission]] [[finish:2]]"
+WAIT_S = 30.0  # per wait; a workspace is up in ~3 s on the emulator's real time, Claude Code in ~2 s more
+TOTAL_S = 120.0
 CELL = 100
 
 
@@ -54,9 +56,11 @@ class Tour:
             ("Projects", self.projects),
             ("Roles", self.roles),
             ("Create two agents", self.create),
-            ("Watch them work", self.watch),
+            ("Wait for the builder's spec", self.watch),
             ("Show the builder", self.show),
-            ("Give the builder a follow-up task", self.follow_up),
+            ("The builder's result", self.result),
+            ("A follow-up that asks permission", self.follow_up),
+            ("Answer it", self.answer),
             ("Task history", self.history),
             ("Conversation log", self.log),
             ("Cancel the sleeper's task", self.cancel),
@@ -81,26 +85,15 @@ class Tour:
     def elapsed(self) -> str:
         return f"{time.monotonic() - self.started:5.1f}s"
 
-    async def live(self) -> dict[str, str]:
-        # show_agent asks AgentAPI; list_agents reads Coder's app statuses, which say `complete`
-        # a moment before AgentAPI is ready for the next message.
-        return {name: (await self.call("show_agent", agent_name=name))["agent"]["status"]
-                for name in (BUILDER, SLEEPER)}
-
-    async def wait_for(self, what: str, done: Callable[[dict[str, str]], bool]) -> list[tuple[str, ...]]:
-        """Poll show_agent until `done(statuses)`; the status changes seen, as table rows."""
-        deadline = time.monotonic() + WAIT_S
-        seen: list[tuple[str, ...]] = []
-        while True:
-            now = await self.live()
-            row = (now.get(BUILDER, "-"), now.get(SLEEPER, "-"))
-            if not seen or seen[-1][1:] != row:
-                seen.append((self.elapsed(), *row))
-            if done(now):
-                return seen
-            if time.monotonic() >= deadline:
-                raise StepFailed(f"gave up after {WAIT_S:.0f} s waiting for {what}; last statuses {now}")
-            await asyncio.sleep(POLL_S)
+    async def wait(self, names: list[str], until: list[str], what: str) -> dict:
+        """wait_for_agents: one call instead of polling; StepFailed when it times out."""
+        answer = await self.call("wait_for_agents", agent_names=names, until=until, timeout_s=WAIT_S)
+        self.table(f"wait_for_agents until={'/'.join(until)} ({answer['waited_s']:.1f} s)",
+                   ["agent", "status", "met", "last turn"],
+                   [(a["name"], a["status"], "yes" if a["met"] else "", a["last_turn"]) for a in answer["agents"]])
+        if answer["timed_out"]:
+            raise StepFailed(f"gave up after {WAIT_S:.0f} s waiting for {what}: {answer['message']}")
+        return answer
 
     # --- the steps ------------------------------------------------------------
 
@@ -122,34 +115,43 @@ class Tour:
         self.table("create_agent", ["agent", "role", "status", "workspace", "spec"], rows)
 
     async def watch(self) -> None:
-        seen: set[str] = set()
-
-        def builder_done(now: dict[str, str]) -> bool:
-            seen.add(now.get(BUILDER, ""))
-            return "busy" in seen and now.get(BUILDER) == "idle" and now.get(SLEEPER) == "busy"
-
-        rows = await self.wait_for("the builder to finish its spec", builder_done)
-        self.table("show_agent, polled", ["after", BUILDER, SLEEPER], rows)
+        await self.wait([BUILDER], ["idle", "needs_input", "failed"], "the builder to finish its spec")
+        agents = await self.call("show_agents", agent_names=[BUILDER, SLEEPER])
+        self.table("show_agents", ["agent", "status", "current task", "latest output"],
+                   [(a["name"], a["status"], a["current_task"], a["latest_output"]) for a in agents["agents"]])
 
     async def show(self) -> None:
         agent = (await self.call("show_agent", agent_name=BUILDER))["agent"]
-        fields = ["status", "workspace_status", "role", "project", "current_task", "problem"]
+        fields = ["status", "status_source", "driver", "workspace_status", "role", "current_task", "cost_usd",
+                  "problem"]
         rows = [(f, agent[f]) for f in fields]
         rows.append(("pull request", agent["metadata"]["fleet_mcp_pull_request_url"]))
         self.table(f"show_agent {BUILDER}", ["field", "value"], rows)
+
+    async def result(self) -> None:
+        r = await self.call("get_agent_result", agent_name=BUILDER)
+        self.table(f"get_agent_result {BUILDER}", ["field", "value"],
+                   [(f, r[f]) for f in ("outcome", "text", "pull_request_url", "num_turns", "duration_ms",
+                                        "cost_usd", "total_cost_usd")])
 
     async def follow_up(self) -> None:
         result = await self.call("start_agent_task", agent_name=BUILDER, task_description=FOLLOW_UP)
         self.table("start_agent_task", ["agent status", "task", "message"],
                    [(result["agent_status"], result["task"]["message"], result["message"])])
-        seen: set[str] = set()
+        await self.wait([BUILDER], ["needs_input", "idle"], "the builder to ask for permission")
+        agent = (await self.call("show_agent", agent_name=BUILDER))["agent"]
+        self.table(f"show_agent {BUILDER}", ["status", "waits on"], [(agent["status"], agent["problem"])])
+        if agent["status"] != "needs_input":
+            raise StepFailed(f"{BUILDER} is {agent['status']}, not waiting for permission")
 
-        def finished(now: dict[str, str]) -> bool:
-            seen.add(now.get(BUILDER, ""))
-            return "busy" in seen and now.get(BUILDER) == "idle"
-
-        rows = await self.wait_for("the follow-up task to finish", finished)
-        self.table("show_agent, polled", ["after", BUILDER, SLEEPER], rows)
+    async def answer(self) -> None:
+        answered = await self.call("answer_agent", agent_name=BUILDER, decision="allow")
+        self.table("answer_agent decision=allow", ["agent status", "message"],
+                   [(answered["agent_status"], answered["message"])])
+        await self.wait([BUILDER], ["idle", "failed"], "the follow-up to finish")
+        r = await self.call("get_agent_result", agent_name=BUILDER)
+        self.table(f"get_agent_result {BUILDER}", ["task", "outcome", "cost so far (USD)"],
+                   [(r["task"], r["outcome"], r["total_cost_usd"])])
 
     async def history(self) -> None:
         page = await self.call("show_agent_task_history", agent_name=BUILDER, page_size=10)
@@ -181,33 +183,43 @@ class Tour:
         self.table("list_agents", ["agent", "status"], [(a["name"], a["status"]) for a in agents])
 
 
-async def tour(console: Console) -> int:
+def runner_installed() -> bool:
+    """Whether the `runner` extra is there, so the tour can run the real Claude Code."""
+    import importlib.util
+
+    return importlib.util.find_spec("claude_agent_sdk") is not None
+
+
+async def tour(console: Console, runtime: str | None = None) -> int:
     """Run the tour against a fresh embedded emulator; 0 when every step worked, else 1."""
-    import httpx
     from fastmcp import Client
 
     from .emulator import REAL_TIME, Emulator
+    from .emulator.app import running
     from .preflight import StartupError, load_settings
     from .server import build_server
 
-    emulator = Emulator(virtual=False, timings=REAL_TIME)
+    runtime = runtime or ("runner" if runner_installed() else "agentapi")
+    emulator = Emulator(virtual=False, timings=REAL_TIME, agent_runtime=runtime)
+    who = ("the real Claude Code (fleet-mcp runner on the Agent SDK; only the model is scripted)"
+           if runtime == "runner" else "the emulator's scripted Claude Code behind AgentAPI "
+           "(pip install 'coder-fleet-mcp[runner]' for the real one)")
+    console.print(Text(f"A tour of fleet-mcp: an MCP client drives the tools against the embedded Coder emulator "
+                       f"on real time; the agents are {who}.", style="bold"))
+    step = "connect"
     try:
-        settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token,
-                                 poll_interval_s=0.2)
+        async with running(emulator) as url:
+            settings = load_settings(coder_url=url, coder_session_token=emulator.token, poll_interval_s=0.2,
+                                     wait_poll_interval_s=0.3)
+            async with asyncio.timeout(TOTAL_S), Client(build_server(settings)) as client:
+                run = Tour(client, console)
+                for n, (title, action) in enumerate(run.steps(), 1):
+                    step = f"{n}. {title}"
+                    console.rule(Text(f"{step}  (t+{run.elapsed().strip()})", style="bold"), align="left")
+                    await action()
     except StartupError as exc:
         console.print(Text(f"fleet-mcp demo: {exc}", style="bold red"))
         return 1
-    server = build_server(settings, transport=httpx.ASGITransport(app=emulator.app))
-    console.print(Text("A tour of fleet-mcp: an MCP client drives the ten tools against the embedded "
-                       "Coder emulator on real time.", style="bold"))
-    step = "connect"
-    try:
-        async with asyncio.timeout(TOTAL_S), Client(server) as client:
-            run = Tour(client, console)
-            for n, (title, action) in enumerate(run.steps(), 1):
-                step = f"{n}. {title}"
-                console.rule(Text(f"{step}  (t+{run.elapsed().strip()})", style="bold"), align="left")
-                await action()
     except StepFailed as exc:
         console.print(Text(f"fleet-mcp demo: step {step} failed: {exc}", style="bold red"))
         return 1

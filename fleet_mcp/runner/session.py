@@ -239,7 +239,9 @@ class Conversation:
                 self._add(role, content)
 
     def _result(self, m: Any) -> Result:
-        text = m.result or "; ".join(m.errors or []) or ("Interrupted" if self._interrupted else "")
+        # An interrupted turn's result holds Claude Code's internal diagnostics, not words for a person.
+        interrupted = f"Interrupted: {(self.current_task or '').splitlines()[0] if self.current_task else 'the turn'}"
+        text = interrupted if self._interrupted else m.result or "; ".join(m.errors or [])
         cost = None
         if m.total_cost_usd is not None:  # the SDK reports the session's running total: a turn costs the difference
             before = self.saved.session_cost_usd

@@ -1,4 +1,7 @@
-"""`fleet-mcp demo` as a real process: every step of the tour runs and is named, in under a minute."""
+"""`fleet-mcp demo` as a real process: every step of the tour runs and is named, in under a minute.
+
+With the `runner` extra installed (CI installs it) the agents are the real Claude Code: the tour shows it
+write files, ask a permission the tour answers, and report a result with its cost."""
 
 from __future__ import annotations
 
@@ -7,9 +10,9 @@ import subprocess
 import sys
 import time
 
-STEPS = ["1. Projects", "2. Roles", "3. Create two agents", "4. Watch them work", "5. Show the builder",
-         "6. Give the builder a follow-up task", "7. Task history", "8. Conversation log",
-         "9. Cancel the sleeper's task", "10. Delete both agents"]
+STEPS = ["1. Projects", "2. Roles", "3. Create two agents", "4. Wait for the builder's spec", "5. Show the builder",
+         "6. The builder's result", "7. A follow-up that asks permission", "8. Answer it", "9. Task history",
+         "10. Conversation log", "11. Cancel the sleeper's task", "12. Delete both agents"]
 
 
 def test_demo_tours_every_tool_in_under_a_minute(tmp_path):
@@ -26,8 +29,10 @@ def test_demo_tours_every_tool_in_under_a_minute(tmp_path):
     assert -1 not in positions, [s for s, p in zip(STEPS, positions, strict=True) if p == -1]
     assert positions == sorted(positions)
     for tool in ["list_agent_projects", "list_agent_roles", "create_agent", "show_agent", "start_agent_task",
-                 "show_agent_task_history", "show_agent_log", "cancel_agent_task", "delete_agent", "list_agents"]:
+                 "show_agent_task_history", "show_agent_log", "cancel_agent_task", "delete_agent", "list_agents",
+                 "wait_for_agents", "show_agents", "get_agent_result", "answer_agent"]:
         assert tool in out
+    assert "needs_input" in out and "decision=allow" in out  # the permission asked, and answered
     assert "https://github.com/example/repo/pull/" in out  # the builder's [[pr]] reached show_agent
     assert "Task canceled." in out and "Tour complete" in out
     assert "Traceback" not in done.stderr
@@ -47,3 +52,20 @@ async def test_a_failing_step_is_exit_1_with_the_step_named(monkeypatch):
     assert "1. Projects" in text
     assert "fleet-mcp demo: step 2. Roles failed: list_agent_roles answered an error" in text
     assert '"error": "not_found"' in text and "3. Create two agents" not in text
+
+
+def test_with_the_runner_installed_the_demo_runs_the_real_claude_code(tmp_path):
+    import pytest
+
+    from fleet_mcp.demo import runner_installed
+
+    if not runner_installed():
+        pytest.skip("claude-agent-sdk is not installed (pip install -e '.[runner]'); CI installs it")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
+    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "demo"], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    out = done.stdout
+    assert "the agents are the real Claude Code" in out
+    assert "Write: step-" in out and "Bash: " in out  # Claude Code's own tools ran in the workspace directory
+    assert "runner" in out and "total_cost_usd" in out
