@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 from ipaddress import ip_address
 
 from fastmcp import FastMCP
@@ -93,11 +94,18 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
-async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def _send_json(send: Send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
     await send({"type": "http.response.body", "body": payload})
+
+
+def _challenge(verdict: bool | None) -> bytes:
+    error = b'error="invalid_token", ' if verdict is False else b""
+    return (b'Bearer realm="fleet-mcp", ' + error +
+            b'error_description="send the header Authorization: Bearer <token> (FLEET_MCP_AUTH_TOKEN); '
+            b'this server offers no OAuth"')
 
 
 class Gate:
@@ -112,7 +120,7 @@ class Gate:
     def authorized(self, scope: Scope) -> bool | None:
         """True when the bearer token matches, False when it is wrong, None when there is none."""
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        if header is None:
+        if header is None or self._digest is None:
             return None
         scheme, _, credentials = header.strip().partition(b" ")
         if scheme.lower() != b"bearer" or not credentials.strip():
@@ -127,15 +135,22 @@ class Gate:
             await _send_json(send, 503, {"error": "unavailable", "message": "The server is shutting down.",
                                          "details": {}}, [(b"connection", b"close"), (b"retry-after", b"1")])
             return
+        if scope["path"].startswith("/.well-known/"):
+            # No OAuth here: a discovery document would send clients after a flow this server does not offer.
+            await _send_json(send, 404, {
+                "error": "not_found", "message": "This server offers no OAuth; send the header "
+                "Authorization: Bearer <token> (the server's FLEET_MCP_AUTH_TOKEN).", "details": {}})
+            return
         if self._digest is not None:
             verdict = self.authorized(scope)
             if not verdict:
-                challenge = b'Bearer realm="fleet-mcp"' + (b', error="invalid_token"' if verdict is False else b"")
                 await _send_json(send, 401, {
                     "error": "unauthorized",
-                    "message": "This server needs the header Authorization: Bearer <FLEET_MCP_AUTH_TOKEN>; "
+                    "message": "This server needs the header Authorization: Bearer <token>, the token being "
+                               "the server's FLEET_MCP_AUTH_TOKEN; "
                                + ("the token sent is wrong." if verdict is False else "none was sent."),
-                    "details": {}}, [(b"www-authenticate", challenge)])
+                    "details": {"header": "Authorization", "scheme": "Bearer"}},
+                    [(b"www-authenticate", _challenge(verdict))])
                 return
         if scope["method"] != "GET":
             await self.app(scope, receive, send)

@@ -10,6 +10,7 @@ import httpx
 from fastmcp import FastMCP
 from fastmcp.server.lifespan import lifespan
 
+from . import __version__
 from .coder.client import CoderClient
 from .fleet import Fleet
 from .settings import Settings
@@ -51,6 +52,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
             finally:
                 log.info("Coder client closed")
 
-    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client, middleware=middleware)
+    mcp = FastMCP("fleet-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=open_client,
+                  middleware=middleware)
     register(mcp)
     return mcp

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,8 +71,9 @@ async def serve_stdio(server: FastMCP, grace: float = GRACE_S) -> None:
 
 # --- HTTP ----------------------------------------------------------------------------
 
-async def serve_http(server: FastMCP, settings: Settings, host: str, port: int, grace: float = GRACE_S) -> None:
-    """Serve streamable HTTP at http://host:port/mcp until a signal stops the server gracefully."""
+async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socket.socket,
+                     grace: float = GRACE_S) -> None:
+    """Serve streamable HTTP at /mcp on `sock` (bound to `host`) until a signal stops the server gracefully."""
     import uvicorn
     from sse_starlette.sse import AppStatus
 
@@ -112,7 +114,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, port: int, 
                 if self.should_exit:
                     _ignore_late_signals()
 
-    config = uvicorn.Config(build_app(server, settings, host, drain), host=host, port=port, lifespan="on",
+    config = uvicorn.Config(build_app(server, settings, host, drain), lifespan="on",
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
                             log_config=None, log_level="info")  # uvicorn's logs too go to stderr, our format
-    await Server(config).serve()
+    await Server(config).serve(sockets=[sock])

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "env_name"]
 
 
 class Settings(BaseSettings):
@@ -64,6 +64,10 @@ class Settings(BaseSettings):
             raise ValueError("CODER_URL must be an http(s) URL such as https://coder.example.com")
         if parts.query or parts.fragment:
             raise ValueError("CODER_URL must not carry a query string or fragment")
+        if "@" in parts.netloc:
+            # Never echoed: the part before "@" is a user name and maybe a password.
+            raise ValueError("CODER_URL must not carry a user name or password (user:password@); "
+                             "the session token goes in CODER_SESSION_TOKEN")
         return value
 
     @field_validator("coder_session_token")
@@ -86,7 +90,27 @@ class Settings(BaseSettings):
             return [host.strip() for host in value.split(",") if host.strip()]
         return value
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _no_wildcard(cls, value: list[str]) -> list[str]:
+        if any("*" in host for host in value):
+            raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
+                             "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
+        return value
+
     @field_validator("audit_log", mode="before")
     @classmethod
     def _blank_path_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+
+def env_name(field: str) -> str:
+    """The environment variable a user sets for the setting `field` (`request_timeout_s` ->
+    `FLEET_MCP_REQUEST_TIMEOUT_S`, `coder_url` -> `CODER_URL`)."""
+    if field.upper().startswith(("CODER_", "FLEET_MCP_")):  # already the variable (pydantic reports aliases)
+        return field.upper()
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0].upper()
+    return f"FLEET_MCP_{field.upper()}"
