@@ -3,6 +3,7 @@ an HTTP server that is up before the test goes on, and bounded waits everywhere.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -72,3 +73,21 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(WAIT_S)
+
+
+# --- stdio as a script drives it ---------------------------------------------------
+
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+          "io.modelcontextprotocol/clientInfo": {"name": "script", "version": "0"}}
+
+
+def modern_call(request_id: object, tool: str, arguments: dict) -> str:
+    """One `tools/call` line of the sessionless 2026-07-28 era: no handshake needed."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments, "_meta": MODERN}})
+
+
+def piped(*lines: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`printf lines | fleet-mcp --emulator`, bounded: what a script does."""
+    return subprocess.run([*SERVER, "--emulator"], check=False, input="".join(line + "\n" for line in lines),
+                          capture_output=True, text=True, timeout=WAIT_S, env=env or clean_env())

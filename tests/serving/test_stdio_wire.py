@@ -8,20 +8,7 @@ import signal
 import subprocess
 import time
 
-from processes import SERVER, WAIT_S, clean_env
-
-MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
-          "io.modelcontextprotocol/clientInfo": {"name": "script", "version": "0"}}
-
-
-def modern_call(request_id: object, tool: str, arguments: dict) -> str:
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                       "params": {"name": tool, "arguments": arguments, "_meta": MODERN}})
-
-
-def piped(*lines: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SERVER, "--emulator"], check=False, input="".join(line + "\n" for line in lines),
-                          capture_output=True, text=True, timeout=WAIT_S, env=env or clean_env())
+from processes import SERVER, WAIT_S, clean_env, modern_call, piped
 
 
 def answers(stdout: str) -> dict[object, dict]:
