@@ -92,11 +92,11 @@ def _serve(args: argparse.Namespace) -> int:
     # while it runs is wasted work. Freeze what start-up made, then collect as usual.
     gc.disable()
 
+    from .connections import raise_fd_limit
+    from .logs import setup as setup_logs
     from .preflight import StartupError, check_coder, load_settings
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    fd_limit = raise_fd_limit()
     transport = None
     sock = None
     try:
@@ -110,6 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
         else:
             settings = load_settings()
+        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
         if args.transport == "http":
             from .http import refuse_bind
 
@@ -139,7 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
     gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
     if sock is not None:
-        asyncio.run(serve_http(server, settings, args.host, sock))
+        asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
     else:
         asyncio.run(serve_stdio(server))
     return 0

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Sequence
 from ipaddress import ip_address
 
@@ -29,6 +30,7 @@ from .settings import Settings
 __all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
 
 MCP_PATH = "/mcp"
+access = logging.getLogger("fleet_mcp.access")
 
 
 def is_loopback(host: str) -> bool:
@@ -131,6 +133,22 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan (and no websockets are served)
             return
+        status = 0
+
+        async def noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, noted)
+        finally:
+            # The access log: the path without its query string (a token may sit there), no headers.
+            client = scope.get("client") or ("-", 0)
+            access.info('%s:%s "%s %s" %s', client[0], client[1], scope["method"], scope["path"], status or "-")
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.drain.draining:
             await _send_json(send, 503, {"error": "unavailable", "message": "The server is shutting down.",
                                          "details": {}}, [(b"connection", b"close"), (b"retry-after", b"1")])
@@ -191,11 +209,16 @@ class Gate:
 
 
 def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> ASGIApp:
-    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, then the Gate."""
+    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, the Gate, the session cap."""
+    from .sessions import SessionCap
+
     return server.http_app(
         path=MCP_PATH,
         host_origin_protection=True,  # strict: every request's Host and Origin are checked
         allowed_hosts=allowed_hosts(host, settings),
         allowed_origins=allowed_origins(settings),
-        middleware=[Middleware(Gate, token=settings.auth_token, drain=drain)],
+        session_idle_timeout=settings.session_idle_s,
+        middleware=[Middleware(Gate, token=settings.auth_token, drain=drain),
+                    Middleware(SessionCap, max_sessions=settings.max_sessions,
+                               max_per_client=settings.max_sessions_per_client, idle_s=settings.session_idle_s)],
     )

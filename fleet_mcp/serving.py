@@ -72,15 +72,30 @@ async def serve_stdio(server: FastMCP, grace: float = GRACE_S) -> None:
 # --- HTTP ----------------------------------------------------------------------------
 
 async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socket.socket,
-                     grace: float = GRACE_S) -> None:
-    """Serve streamable HTTP at /mcp on `sock` (bound to `host`) until a signal stops the server gracefully."""
+                     grace: float = GRACE_S, fd_limit: int = 1024) -> None:
+    """Serve streamable HTTP at /mcp on `sock` (bound to `host`) until a signal stops the server gracefully.
+
+    Connections are guarded (`connections.ConnectionGuard`): idle and half-sent ones time out, at most
+    `FLEET_MCP_HTTP_MAX_CONNECTIONS` (and `fd_limit` minus a headroom) are open, loop errors such as
+    failed accepts are logged once per interval with a count.
+    """
+    import math
+
     import uvicorn
     from sse_starlette.sse import AppStatus
 
+    from .connections import HEADROOM, ConnectionGuard, Throttled, guarded_protocol
     from .http import Drain, build_app
 
     drain = Drain()
     loop = asyncio.get_running_loop()
+    throttled = Throttled()
+    loop.set_exception_handler(throttled.asyncio_handler)
+    cap = max(1, min(settings.http_max_connections, fd_limit - HEADROOM))
+    if cap < settings.http_max_connections:
+        log.warning("FLEET_MCP_HTTP_MAX_CONNECTIONS=%d is above what the open-file limit (%d) allows: %d it is",
+                    settings.http_max_connections, fd_limit, cap)
+    guard = ConnectionGuard(cap, settings.http_idle_timeout_s, settings.http_read_timeout_s, throttled)
     # sse-starlette would end every SSE response on shutdown, tool results in flight included: only
     # the Drain ends streams here (GET ones), and only the Drain decides what is in flight.
     AppStatus.disable_automatic_graceful_drain()
@@ -114,7 +129,9 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                 if self.should_exit:
                     _ignore_late_signals()
 
-    config = uvicorn.Config(build_app(server, settings, host, drain), lifespan="on",
+    config = uvicorn.Config(build_app(server, settings, host, drain), lifespan="on", http=guarded_protocol(guard),
+                            timeout_keep_alive=max(1, math.ceil(settings.http_idle_timeout_s)),
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
+                            access_log=False,  # ours (http.Gate) leaves out query strings
                             log_config=None, log_level="info")  # uvicorn's logs too go to stderr, our format
     await Server(config).serve(sockets=[sock])

@@ -54,6 +54,13 @@ class Settings(BaseSettings):
     auth_token: SecretStr | None = None
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     audit_log: Path | None = None
+    # HTTP connections and sessions (see fleet_mcp/connections.py and sessions.py).
+    http_idle_timeout_s: float = Field(default=10.0, gt=0)
+    http_read_timeout_s: float = Field(default=30.0, gt=0)
+    http_max_connections: int = Field(default=1000, ge=1)
+    session_idle_s: float = Field(default=300.0, gt=0)
+    max_sessions: int = Field(default=256, ge=1)
+    max_sessions_per_client: int = Field(default=64, ge=1)
 
     @field_validator("coder_url")
     @classmethod

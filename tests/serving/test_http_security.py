@@ -113,7 +113,7 @@ def test_the_token_is_never_logged(token_server):
     assert post_initialize(token_server.url, Authorization=f"Bearer {TOKEN}").status_code == 200
     assert post_initialize(token_server.url, Authorization=f"Bearer {TOKEN}-wrong").status_code == 401
     logs = token_server.logs()
-    assert "uvicorn.access" in logs  # requests are logged, without their headers
+    assert "fleet_mcp.access" in logs  # requests are logged, without their headers
     assert TOKEN not in logs
 
 
