@@ -129,9 +129,10 @@ class ConnectionGuard:
         self.waiting[connection] = asyncio.get_running_loop().call_later(after_s, self._timed_out, connection)
 
     def _timed_out(self, connection: Any) -> None:
-        what = "half-sent request" if connection in self.reading else "idle connection"
-        self.throttled.note(f"timeout:{what}", f"closed a {what} (FLEET_MCP_HTTP_"
-                            f"{'READ' if what.startswith('half') else 'IDLE'}_TIMEOUT_S)")
+        if connection in self.reading:
+            self.throttled.note("timeout:read", "closed a half-sent request (FLEET_MCP_HTTP_READ_TIMEOUT_S)")
+        else:
+            self.throttled.note("timeout:idle", "closed an idle connection (FLEET_MCP_HTTP_IDLE_TIMEOUT_S)")
         self._close(connection)
 
     def _close(self, connection: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -43,16 +44,34 @@ class Running:
         return self.stderr.read_text()
 
 
+def with_soft_file_limit(command: list[str], limit: int | None) -> list[str]:
+    """`command` run with its soft limit on open files lowered to `limit` (the hard limit stays); prlimit execs it."""
+    if limit is None:
+        return command
+    return ["prlimit", f"--nofile={limit}:{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}", *command]
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident memory, KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
 @contextmanager
 def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-                host: str = "127.0.0.1") -> Iterator[Running]:
+                host: str = "127.0.0.1", file_limit: int | None = None) -> Iterator[Running]:
     """`fleet-mcp --emulator --transport http` on a free port, answering before this yields."""
     port = free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
-        proc = subprocess.Popen([*SERVER, "--emulator", "--transport", "http", "--host", host, "--port", str(port),
-                                 *args], stdout=out, stderr=errfile, stdin=subprocess.DEVNULL,
-                                env=env or clean_env(), cwd=tmp_path)
+        command = [*SERVER, "--emulator", "--transport", "http", "--host", host, "--port", str(port), *args]
+        proc = subprocess.Popen(with_soft_file_limit(command, file_limit), stdout=out, stderr=errfile,
+                                stdin=subprocess.DEVNULL, env=env or clean_env(), cwd=tmp_path)
     running = Running(proc, f"http://127.0.0.1:{port}/mcp", port, err)
     try:
         deadline = time.monotonic() + WAIT_S

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, clean_env, http_server
+from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, http_server
 from pydantic import SecretStr
 from support import fleet_settings
 
@@ -21,9 +21,6 @@ from fleet_mcp.http import Drain, Gate, allowed_hosts, refuse_bind
 
 TOKEN = "fleet-http-t0ken-never-logged"
 ALLOWED = "fleet.example"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "security-test", "version": "0"}}}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def post_initialize(url: str, **headers: str) -> httpx.Response:

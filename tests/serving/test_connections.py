@@ -1,0 +1,154 @@
+"""HTTP connections cannot take the server down (issue 17, item 1): idle and half-sent connections time out,
+a flood of idle connections is refused while a valid client is served, the soft open-file limit is raised,
+and the log stays a few lines however many connections are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from processes import WAIT_S, clean_env, http_server
+
+from fleet_mcp.connections import REFUSAL, ConnectionGuard
+
+FLOOD = 500  # idle connections; the server's own soft limit starts at 256 and its cap is 100
+
+
+@contextlib.contextmanager
+def sockets(port: int, count: int, send: bytes = b"") -> Iterator[list[socket.socket]]:
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+            if send:
+                sock.sendall(send)
+            opened.append(sock)
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def closed_by_server(sock: socket.socket, deadline: float) -> bool:
+    """Whether the server closes `sock` before `deadline` (reads until EOF; a 503 may come first)."""
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            if not sock.recv(65536):
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+    return False
+
+
+def test_idle_and_half_sent_connections_time_out(tmp_path):
+    env = clean_env(FLEET_MCP_HTTP_IDLE_TIMEOUT_S="1", FLEET_MCP_HTTP_READ_TIMEOUT_S="2")
+    with http_server(tmp_path, env=env) as server:
+        started = time.monotonic()
+        with (sockets(server.port, 20) as idle,
+              sockets(server.port, 20, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") as half_head,
+              sockets(server.port, 20, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{") as
+              half_body):
+            deadline = started + 8
+            assert all(closed_by_server(s, deadline) for s in idle)
+            idle_closed = time.monotonic() - started
+            assert all(closed_by_server(s, deadline) for s in half_head + half_body)
+            half_closed = time.monotonic() - started
+        logs = server.logs()
+    assert 0.9 < idle_closed < 4, idle_closed
+    assert 1.9 < half_closed < 6, half_closed
+    # 60 connections closed, a line or two per kind: throttled, with a count.
+    assert 1 <= logs.count("closed an idle connection") <= 2, logs
+    assert 1 <= logs.count("closed a half-sent request") <= 2, logs
+    assert "Traceback" not in logs
+
+
+def test_a_flood_of_idle_connections_does_not_lock_out_a_valid_client(tmp_path):
+    env = clean_env(FLEET_MCP_HTTP_MAX_CONNECTIONS="100", FLEET_MCP_HTTP_IDLE_TIMEOUT_S="60")
+    with http_server(tmp_path, env=env, file_limit=256) as server:
+        limits = open(f"/proc/{server.proc.pid}/limits").read()  # noqa: SIM115 - read at once
+        soft, hard = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
+        assert soft == hard, limits  # raised from 256 at start-up
+        before = len(server.logs().splitlines())
+        with sockets(server.port, FLOOD) as flood:
+            took = asyncio.run(one_valid_call(server.url))
+            lines = server.logs().splitlines()[before:]
+            alive = sum(not closed_by_server(s, time.monotonic() + 0.01) for s in flood)
+        assert server.proc.poll() is None
+    print(f"\nflood of {FLOOD} idle connections: a valid client's initialize + call took {took * 1000:.0f} ms; "
+          f"{len(lines)} log lines; {alive} flood connections still open")
+    assert took < 5
+    assert alive <= 100  # the cap: the rest were closed to make room
+    noise = [line for line in lines if "access" not in line]
+    assert len(noise) <= 5, noise
+    assert "Traceback" not in "\n".join(lines)
+
+
+async def one_valid_call(url: str) -> float:
+    started = time.monotonic()
+    async with (asyncio.timeout(WAIT_S), streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as session):
+        await session.initialize()
+        listed = await session.call_tool("list_agents", {})
+        assert not listed.is_error and listed.structured_content["agents"] == []
+    return time.monotonic() - started
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Connection:
+    def __init__(self) -> None:
+        self.transport = _Transport()
+
+
+async def test_the_cap_closes_the_longest_waiting_connection_and_refuses_when_all_are_busy():
+    guard = ConnectionGuard(max_connections=2, idle_timeout_s=60, read_timeout_s=60)
+    first, second, third, fourth = (_Connection() for _ in range(4))
+    for connection in (first, second):
+        assert guard.admit(connection)
+        guard.waiting_for_request(connection)
+    guard.busy(second)
+    assert guard.admit(third)  # room made: the longest-waiting one goes
+    assert first.transport.closed and not second.transport.closed
+    guard.busy(third)
+    assert not guard.admit(fourth)  # both open connections are busy: refused
+    assert REFUSAL.startswith(b"HTTP/1.1 503 ") and REFUSAL.endswith(b'"details":{}}')
+    for connection in (second, third):
+        guard.gone(connection)
+    assert not guard.open and not guard.waiting
+
+
+@pytest.mark.parametrize("secret_place", ["query", "header"])
+def test_no_token_or_session_id_in_the_logs(tmp_path, secret_place):
+    import httpx
+    from processes import INIT, MCP_HEADERS
+
+    token = "Query-T0ken-Never-Logged"
+    with http_server(tmp_path, env=clean_env(FLEET_MCP_AUTH_TOKEN=token)) as server:
+        if secret_place == "query":
+            answer = httpx.post(f"{server.url}?token={token}&access_token={token.upper()}", json=INIT,
+                                headers=MCP_HEADERS, timeout=WAIT_S)
+            assert answer.status_code == 401
+        answer = httpx.post(server.url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+                            timeout=WAIT_S)
+        session_id = answer.headers["mcp-session-id"]
+        httpx.delete(server.url, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}",
+                                          "mcp-session-id": session_id}, timeout=WAIT_S)
+        logs = server.logs()
+    assert "fleet_mcp.access" in logs and '"POST /mcp" 200' in logs
+    assert token.lower() not in logs.lower()
+    assert session_id not in logs
