@@ -24,11 +24,11 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["HEADROOM", "ConnectionGuard", "Throttled", "guarded_protocol", "raise_fd_limit"]
+__all__ = ["HEADROOM", "ConnectionGuard", "Throttled", "budget", "guarded_protocol", "raise_fd_limit"]
 
 log = logging.getLogger("fleet_mcp")
 
-HEADROOM = 64  # descriptors kept for everything but client connections: Coder, the audit log, accept itself
+HEADROOM = 128  # descriptors kept for everything but client connections: Coder, logs, a burst of accepts
 _REFUSAL_BODY = b'{"error":"unavailable","message":"Too many open connections; try again.","details":{}}'
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
            b"retry-after: 1\r\ncontent-length: " + str(len(_REFUSAL_BODY)).encode() + b"\r\n\r\n" + _REFUSAL_BODY)
@@ -45,6 +45,17 @@ def raise_fd_limit() -> int:
         except (ValueError, OSError):
             pass
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def budget(fd_limit: int, wanted: int) -> tuple[int, int]:
+    """(connection cap, accept backlog) that fit under `fd_limit` descriptors.
+
+    The event loop accepts up to `backlog` connections in one go before any is
+    admitted or refused, so the cap plus that burst must stay below the limit.
+    """
+    headroom = min(HEADROOM, fd_limit // 2)
+    cap = max(1, min(wanted, fd_limit - headroom))
+    return cap, max(8, min(2048, headroom // 2))
 
 
 class Throttled:
@@ -95,7 +106,8 @@ class ConnectionGuard:
                 return False
             oldest = next(iter(self.waiting))
             self.throttled.note("evicted", "closed the connection that waited longest on its client to make room "
-                                           f"(FLEET_MCP_HTTP_MAX_CONNECTIONS={self.max_connections} reached)")
+                                           f"(the cap of {self.max_connections} open connections reached; "
+                                           "FLEET_MCP_HTTP_MAX_CONNECTIONS)")
             self._close(oldest)
         self.open.add(connection)
         return True

@@ -84,14 +84,14 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     import uvicorn
     from sse_starlette.sse import AppStatus
 
-    from .connections import HEADROOM, ConnectionGuard, Throttled, guarded_protocol
+    from .connections import ConnectionGuard, Throttled, budget, guarded_protocol
     from .http import Drain, build_app
 
     drain = Drain()
     loop = asyncio.get_running_loop()
     throttled = Throttled()
     loop.set_exception_handler(throttled.asyncio_handler)
-    cap = max(1, min(settings.http_max_connections, fd_limit - HEADROOM))
+    cap, backlog = budget(fd_limit, settings.http_max_connections)
     if cap < settings.http_max_connections:
         log.warning("FLEET_MCP_HTTP_MAX_CONNECTIONS=%d is above what the open-file limit (%d) allows: %d it is",
                     settings.http_max_connections, fd_limit, cap)
@@ -130,6 +130,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                     _ignore_late_signals()
 
     config = uvicorn.Config(build_app(server, settings, host, drain), lifespan="on", http=guarded_protocol(guard),
+                            backlog=backlog,
                             timeout_keep_alive=max(1, math.ceil(settings.http_idle_timeout_s)),
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
                             access_log=False,  # ours (http.Gate) leaves out query strings

@@ -44,11 +44,11 @@ class Running:
         return self.stderr.read_text()
 
 
-def with_soft_file_limit(command: list[str], limit: int | None) -> list[str]:
-    """`command` run with its soft limit on open files lowered to `limit` (the hard limit stays); prlimit execs it."""
-    if limit is None:
+def with_file_limit(command: list[str], soft: int | None, hard: int | None = None) -> list[str]:
+    """`command` run with its limits on open files lowered (the hard one stays unless given); prlimit execs it."""
+    if soft is None:
         return command
-    return ["prlimit", f"--nofile={limit}:{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}", *command]
+    return ["prlimit", f"--nofile={soft}:{hard or resource.getrlimit(resource.RLIMIT_NOFILE)[1]}", *command]
 
 
 def rss_kib(pid: int) -> int:
@@ -64,13 +64,13 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 
 @contextmanager
 def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-                host: str = "127.0.0.1", file_limit: int | None = None) -> Iterator[Running]:
+                host: str = "127.0.0.1", file_limit: tuple[int, int | None] | None = None) -> Iterator[Running]:
     """`fleet-mcp --emulator --transport http` on a free port, answering before this yields."""
     port = free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
         command = [*SERVER, "--emulator", "--transport", "http", "--host", host, "--port", str(port), *args]
-        proc = subprocess.Popen(with_soft_file_limit(command, file_limit), stdout=out, stderr=errfile,
+        proc = subprocess.Popen(with_file_limit(command, *(file_limit or (None,))), stdout=out, stderr=errfile,
                                 stdin=subprocess.DEVNULL, env=env or clean_env(), cwd=tmp_path)
     running = Running(proc, f"http://127.0.0.1:{port}/mcp", port, err)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from processes import WAIT_S, clean_env, http_server
 
-from fleet_mcp.connections import REFUSAL, ConnectionGuard
+from fleet_mcp.connections import REFUSAL, ConnectionGuard, Throttled
 
 FLOOD = 500  # idle connections; the server's own soft limit starts at 256 and its cap is 100
 
@@ -71,25 +72,42 @@ def test_idle_and_half_sent_connections_time_out(tmp_path):
     assert "Traceback" not in logs
 
 
-def test_a_flood_of_idle_connections_does_not_lock_out_a_valid_client(tmp_path):
+@pytest.mark.parametrize(("limits", "cap"), [((256, None), 100), ((100, 100), 50)], ids=["raised", "hard-100"])
+def test_a_flood_of_idle_connections_does_not_lock_out_a_valid_client(tmp_path, limits, cap):
+    """Soft limit 256 (raised to the hard one at start-up), cap 100; or hard limit 100: the cap is kept below it."""
     env = clean_env(FLEET_MCP_HTTP_MAX_CONNECTIONS="100", FLEET_MCP_HTTP_IDLE_TIMEOUT_S="60")
-    with http_server(tmp_path, env=env, file_limit=256) as server:
-        limits = open(f"/proc/{server.proc.pid}/limits").read()  # noqa: SIM115 - read at once
-        soft, hard = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
-        assert soft == hard, limits  # raised from 256 at start-up
+    with http_server(tmp_path, env=env, file_limit=limits) as server:
+        with open(f"/proc/{server.proc.pid}/limits") as f:
+            soft, hard = next(line.split()[3:5] for line in f if line.startswith("Max open files"))
+        assert soft == hard  # raised from 256 at start-up
         before = len(server.logs().splitlines())
         with sockets(server.port, FLOOD) as flood:
             took = asyncio.run(one_valid_call(server.url))
             lines = server.logs().splitlines()[before:]
             alive = sum(not closed_by_server(s, time.monotonic() + 0.01) for s in flood)
         assert server.proc.poll() is None
-    print(f"\nflood of {FLOOD} idle connections: a valid client's initialize + call took {took * 1000:.0f} ms; "
-          f"{len(lines)} log lines; {alive} flood connections still open")
+    noise = [line for line in lines if "fleet_mcp.access" not in line and "streamable_http" not in line]
+    print(f"\nflood of {FLOOD} idle connections (limits {limits}): a valid client's initialize + call took "
+          f"{took * 1000:.0f} ms; {len(noise)} log lines besides access and session lines; "
+          f"{alive} flood connections still open")
     assert took < 5
-    assert alive <= 100  # the cap: the rest were closed to make room
-    noise = [line for line in lines if "access" not in line]
+    assert alive <= cap  # the rest were closed to make room
     assert len(noise) <= 5, noise
     assert "Traceback" not in "\n".join(lines)
+
+
+def test_a_repeated_event_is_logged_once_per_interval_with_a_count(caplog):
+    now = [0.0]
+    throttled = Throttled(interval_s=10, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="fleet_mcp"):
+        for _ in range(1000):
+            throttled.note("accept", "socket.accept() out of system resource")
+        now[0] = 10.5
+        for _ in range(5):
+            throttled.note("accept", "socket.accept() out of system resource")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "(1 since the last such line" in lines[0] and "(1000 since the last such line" in lines[1]
 
 
 async def one_valid_call(url: str) -> float:
