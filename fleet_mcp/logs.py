@@ -11,6 +11,8 @@ __all__ = ["Redact", "setup"]
 
 # MCP session ids (the SDK mints uuid4().hex) are bearer-like: whoever holds one can use the session.
 _SESSION_ID = re.compile(r"\b[0-9a-f]{32}\b")
+# What a client sent as a session id may be anything (even a token): the SDK logs it after "session ID:".
+_SENT_SESSION = re.compile(r"(?i)(session id:?\s+|session:\s+)\S+")
 
 
 class Redact(logging.Filter):
@@ -24,6 +26,8 @@ class Redact(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         clean = _SESSION_ID.sub("[session]", message)
+        if record.name.startswith("mcp.server.streamable_http"):
+            clean = _SENT_SESSION.sub(r"\1[session]", clean)
         if self._secrets is not None:
             clean = self._secrets.sub("[redacted]", clean)
         if clean != message:

@@ -170,3 +170,22 @@ def test_no_token_or_session_id_in_the_logs(tmp_path, secret_place):
     assert "fleet_mcp.access" in logs and '"POST /mcp" 200' in logs
     assert token.lower() not in logs.lower()
     assert session_id not in logs
+
+
+def test_log_lines_lose_session_ids_and_secrets_in_any_case():
+    from fleet_mcp.logs import Redact
+
+    redact = Redact(["Tok3n-Secret"])
+
+    def line(name: str, message: str, *args: object) -> str:
+        record = logging.LogRecord(name, logging.INFO, __file__, 1, message, args, None)
+        assert redact.filter(record)
+        return record.getMessage()
+
+    manager = "mcp.server.streamable_http_manager"
+    assert line(manager, "Created new transport with session ID: %s", "0123456789abcdef0123456789abcdef") == \
+        "Created new transport with session ID: [session]"
+    assert line(manager, "Rejected request with unknown or expired session ID: %s", "tok3n-secret-as-id") == \
+        "Rejected request with unknown or expired session ID: [session]"
+    assert line(manager, "StreamableHTTP session manager started") == "StreamableHTTP session manager started"
+    assert line("uvicorn.error", "bad header TOK3N-SECRET here") == "bad header [redacted] here"
