@@ -96,6 +96,7 @@ class ConnectionGuard:
         self.open: set[Any] = set()
         self.waiting: OrderedDict[Any, asyncio.TimerHandle] = OrderedDict()
         self.reading: set[Any] = set()
+        self.quiet: set[Any] = set()
 
     def admit(self, connection: Any) -> bool:
         """Make room for a new connection (closing the longest-waiting one if full); False: refuse it."""
@@ -112,15 +113,18 @@ class ConnectionGuard:
         self.open.add(connection)
         return True
 
-    def waiting_for_request(self, connection: Any) -> None:
-        """The connection waits for a request to start (just opened, or its last answer sent)."""
+    def waiting_for_request(self, connection: Any, *, served: bool = False) -> None:
+        """The connection waits for a request to start: just opened, or `served` (its last answer sent)."""
         self._arm(connection, self.idle_timeout_s)
         self.reading.discard(connection)
+        if served:  # closing a kept-alive connection that goes quiet is routine: no log line
+            self.quiet.add(connection)
 
     def request_started(self, connection: Any) -> None:
         """Bytes of a request arrived; the whole request must arrive within the read timeout (set once)."""
         if connection not in self.reading:
             self.reading.add(connection)
+            self.quiet.discard(connection)
             self._arm(connection, self.read_timeout_s)
 
     def busy(self, connection: Any) -> None:
@@ -129,6 +133,7 @@ class ConnectionGuard:
         if timer is not None:
             timer.cancel()
         self.reading.discard(connection)
+        self.quiet.discard(connection)
 
     def gone(self, connection: Any) -> None:
         self.busy(connection)
@@ -143,7 +148,7 @@ class ConnectionGuard:
     def _timed_out(self, connection: Any) -> None:
         if connection in self.reading:
             self.throttled.note("timeout:read", "closed a half-sent request (FLEET_MCP_HTTP_READ_TIMEOUT_S)")
-        else:
+        elif connection not in self.quiet:
             self.throttled.note("timeout:idle", "closed an idle connection (FLEET_MCP_HTTP_IDLE_TIMEOUT_S)")
         self._close(connection)
 
@@ -182,7 +187,7 @@ def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
             super().on_response_complete()
             if not self.transport.is_closing():
                 if self.conn.their_state is h11.IDLE:
-                    guard.waiting_for_request(self)
+                    guard.waiting_for_request(self, served=True)
                 self._report()
 
         def _report(self) -> None:

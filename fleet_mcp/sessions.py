@@ -9,8 +9,9 @@ flight, no open stream) of that client, or of anyone for the total, is ended
 as a client would end it (`DELETE /mcp` with its id). When every session is
 busy, a new `initialize` gets 503.
 
-Memory bound: the SDK keeps about 40 KB per idle session (measured), so the
-defaults (256 in all) hold sessions under ~10 MB.
+Memory bound: an idle session costs the SDK about 40-60 KB, so the default
+cap (256 in all) bounds sessions to ~15 MB; measured: 3,000 abandoned sessions
+from 10 addresses grow RSS by ~15 MB (unbounded before: +113 MB).
 """
 
 from __future__ import annotations

@@ -189,3 +189,19 @@ def test_log_lines_lose_session_ids_and_secrets_in_any_case():
         "Rejected request with unknown or expired session ID: [session]"
     assert line(manager, "StreamableHTTP session manager started") == "StreamableHTTP session manager started"
     assert line("uvicorn.error", "bad header TOK3N-SECRET here") == "bad header [redacted] here"
+
+
+async def test_a_kept_alive_connection_going_quiet_is_closed_without_a_log_line(caplog):
+    guard = ConnectionGuard(max_connections=10, idle_timeout_s=0.01, read_timeout_s=0.01)
+    fresh, served = _Connection(), _Connection()
+    with caplog.at_level(logging.WARNING, logger="fleet_mcp"):
+        for connection in (fresh, served):
+            assert guard.admit(connection)
+        guard.waiting_for_request(fresh)
+        guard.waiting_for_request(served, served=True)
+        for _ in range(200):  # bounded: the timers fire after 10 ms
+            if fresh.transport.closed and served.transport.closed:
+                break
+            await asyncio.sleep(0.01)
+    assert fresh.transport.closed and served.transport.closed
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["closed an idle connection"]
