@@ -19,10 +19,10 @@ import logging
 import resource
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = ["HEADROOM", "ConnectionGuard", "Throttled", "budget", "guarded_protocol", "raise_fd_limit"]
 
@@ -160,6 +160,8 @@ class ConnectionGuard:
 
 def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
     """uvicorn's h11 protocol reporting to `guard`: pass as `uvicorn.Config(http=...)`."""
+    import h11  # here, not at import: stdio serving never loads the HTTP stack
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Guarded(H11Protocol):
         refused = False
