@@ -78,6 +78,15 @@ def classify(line: bytes) -> tuple[dict[str, Any] | None, str | None, str | None
     return None, None, None
 
 
+def cancelled(line: bytes) -> str | None:
+    """The key of the request a `notifications/cancelled` line withdraws (it will get no answer), or None."""
+    if b"notifications/cancelled" not in line:
+        return None
+    message = json.loads(line)
+    params = message.get("params") if message.get("method") == "notifications/cancelled" else None
+    return _key(params["requestId"]) if isinstance(params, dict) and "requestId" in params else None
+
+
 class StdioGate:
     """Owns the process's stdin and stdout while FastMCP serves its pipes; see the module docstring."""
 
@@ -142,6 +151,8 @@ class StdioGate:
                 return
             if key is not None:
                 self.pending.add(key)
+            elif withdrawn := cancelled(line):
+                self.pending.discard(withdrawn)
             _write_all(self._server_in, line + b"\n")
 
     def _close_input(self) -> None:

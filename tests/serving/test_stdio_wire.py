@@ -77,3 +77,28 @@ def test_an_odd_id_does_not_delay_shutdown(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(WAIT_S)
+
+
+def test_a_cancelled_request_does_not_hold_up_the_stop(tmp_path):
+    """The client withdraws a slow call (no answer will come), then closes stdin: the server leaves at once."""
+    create = modern_call(1, "create_agent", {"name": "slow", "project": "fleet-demo", "spec": "Wait. [[hang]]"})
+    delete = modern_call(2, "delete_agent", {"agent_name": "slow"})
+    cancel = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": 2, "reason": "changed my mind"}})
+    with open(tmp_path / "stderr.log", "w") as err:
+        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=clean_env(FLEET_MCP_POLL_INTERVAL_S="30"))
+    try:
+        proc.stdin.write((create + "\n").encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdin.write((delete + "\n").encode())  # polls every 30 s: it would outlast the grace
+        proc.stdin.write((cancel + "\n").encode())
+        proc.stdin.close()
+        closed_at = time.monotonic()
+        assert proc.wait(WAIT_S) == 0
+        assert time.monotonic() - closed_at < 3  # not the 5 s grace
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
