@@ -10,11 +10,44 @@ import asyncio
 import importlib.util
 import sys
 
+from . import __version__
+
 __all__ = ["main"]
+
+SERVE_EPILOG = """\
+settings (environment or .env):
+  CODER_URL                      your Coder deployment, e.g. https://coder.example.com (required)
+  CODER_SESSION_TOKEN            from `coder tokens create` (required)
+  FLEET_MCP_APP_SLUG             the AgentAPI app's slug in fleet templates (ccw)
+  FLEET_MCP_REQUEST_TIMEOUT_S    FLEET_MCP_CONNECT_TIMEOUT_S    FLEET_MCP_RETRY_BUDGET_S
+  FLEET_MCP_CANCEL_WAIT_S        FLEET_MCP_DELETE_WAIT_S        FLEET_MCP_POLL_INTERVAL_S
+  FLEET_MCP_AGENT_ERROR_WAIT_S
+  FLEET_MCP_AUTH_TOKEN           bearer token HTTP clients must send (needed off loopback)
+  FLEET_MCP_ALLOWED_HOSTS        extra Host names HTTP clients use, comma-separated ('*' is refused)
+  FLEET_MCP_AUDIT_LOG            file for one JSON line per tool call
+  FLEET_MCP_HTTP_IDLE_TIMEOUT_S  FLEET_MCP_HTTP_READ_TIMEOUT_S  FLEET_MCP_HTTP_MAX_CONNECTIONS
+  FLEET_MCP_SESSION_IDLE_S       FLEET_MCP_MAX_SESSIONS         FLEET_MCP_MAX_SESSIONS_PER_CLIENT
+
+exit codes:
+  0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
+  2  could not start: one line on stderr names the cause and the fix
+"""
+
+DOCTOR_EPILOG = """\
+settings (environment or .env): CODER_URL, CODER_SESSION_TOKEN, FLEET_MCP_APP_SLUG,
+  FLEET_MCP_CONNECT_TIMEOUT_S, FLEET_MCP_REQUEST_TIMEOUT_S
+
+exit codes:
+  0  at least one template is a complete fleet project
+  1  Coder answers, but no template is a complete fleet project (the report says what is missing)
+  2  Coder cannot be used: one line on stderr names the cause and the fix
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fleet-mcp", description="Run a fleet of Claude Code agents in Coder.")
+    parser = argparse.ArgumentParser(prog="fleet-mcp", description="Run a fleet of Claude Code agents in Coder.",
+                                     epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fleet-mcp {__version__}")
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                         help="stdio (default) or streamable HTTP at /mcp")
     parser.add_argument("--host", default="127.0.0.1",
@@ -35,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("--anthropic-base-url", default=None,
                      help="the Messages API runners talk to (default: the emulator's scripted one)")
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
-    doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects")
+    doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects",
+                            epilog=DOCTOR_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     doctor.add_argument("--emulator", dest="doctor_emulator", action="store_true",
                         help="check the embedded emulator (demo seed) instead of CODER_URL")
     from .runner.main import add_arguments as runner_arguments
@@ -72,12 +106,13 @@ def _serve(args: argparse.Namespace) -> int:
     # while it runs is wasted work. Freeze what start-up made, then collect as usual.
     gc.disable()
 
+    from .connections import raise_fd_limit
+    from .logs import setup as setup_logs
     from .preflight import StartupError, check_coder, load_settings
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    fd_limit = raise_fd_limit()
     transport = None
+    sock = None
     try:
         if args.emulator:
             import httpx
@@ -89,11 +124,15 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
         else:
             settings = load_settings()
+        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
         if args.transport == "http":
             from .http import refuse_bind
 
             if reason := refuse_bind(args.host, settings):
                 raise StartupError(reason)
+            from .listener import listen
+
+            sock = listen(args.host, args.port)
         if settings.audit_log is not None:
             from .audit import cannot_open
 
@@ -102,6 +141,8 @@ def _serve(args: argparse.Namespace) -> int:
         who = asyncio.run(check_coder(settings, transport))
     except StartupError as exc:
         gc.enable()
+        if sock is not None:
+            sock.close()
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
@@ -112,8 +153,8 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
-    if args.transport == "http":
-        asyncio.run(serve_http(server, settings, args.host, args.port))
+    if sock is not None:
+        asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
     else:
         asyncio.run(serve_stdio(server))
     return 0

@@ -16,6 +16,8 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
+from collections.abc import Sequence
 from ipaddress import ip_address
 
 from fastmcp import FastMCP
@@ -28,6 +30,7 @@ from .settings import Settings
 __all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
 
 MCP_PATH = "/mcp"
+access = logging.getLogger("fleet_mcp.access")
 
 
 def is_loopback(host: str) -> bool:
@@ -93,11 +96,18 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
-async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def _send_json(send: Send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
     await send({"type": "http.response.body", "body": payload})
+
+
+def _challenge(verdict: bool | None) -> bytes:
+    error = b'error="invalid_token", ' if verdict is False else b""
+    return (b'Bearer realm="fleet-mcp", ' + error +
+            b'error_description="send the header Authorization: Bearer <token> (FLEET_MCP_AUTH_TOKEN); '
+            b'this server offers no OAuth"')
 
 
 class Gate:
@@ -112,7 +122,7 @@ class Gate:
     def authorized(self, scope: Scope) -> bool | None:
         """True when the bearer token matches, False when it is wrong, None when there is none."""
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        if header is None:
+        if header is None or self._digest is None:
             return None
         scheme, _, credentials = header.strip().partition(b" ")
         if scheme.lower() != b"bearer" or not credentials.strip():
@@ -123,19 +133,42 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan (and no websockets are served)
             return
+        status = 0
+
+        async def noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, noted)
+        finally:
+            # The access log: the path without its query string (a token may sit there), no headers.
+            client = scope.get("client") or ("-", 0)
+            access.info('%s:%s "%s %s" %s', client[0], client[1], scope["method"], scope["path"], status or "-")
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.drain.draining:
             await _send_json(send, 503, {"error": "unavailable", "message": "The server is shutting down.",
                                          "details": {}}, [(b"connection", b"close"), (b"retry-after", b"1")])
             return
+        if scope["path"].startswith("/.well-known/"):
+            # No OAuth here: a discovery document would send clients after a flow this server does not offer.
+            await _send_json(send, 404, {
+                "error": "not_found", "message": "This server offers no OAuth; send the header "
+                "Authorization: Bearer <token> (the server's FLEET_MCP_AUTH_TOKEN).", "details": {}})
+            return
         if self._digest is not None:
             verdict = self.authorized(scope)
             if not verdict:
-                challenge = b'Bearer realm="fleet-mcp"' + (b', error="invalid_token"' if verdict is False else b"")
                 await _send_json(send, 401, {
                     "error": "unauthorized",
-                    "message": "This server needs the header Authorization: Bearer <FLEET_MCP_AUTH_TOKEN>; "
+                    "message": "This server needs the header Authorization: Bearer <token>, the token being "
+                               "the server's FLEET_MCP_AUTH_TOKEN; "
                                + ("the token sent is wrong." if verdict is False else "none was sent."),
-                    "details": {}}, [(b"www-authenticate", challenge)])
+                    "details": {"header": "Authorization", "scheme": "Bearer"}},
+                    [(b"www-authenticate", _challenge(verdict))])
                 return
         if scope["method"] != "GET":
             await self.app(scope, receive, send)
@@ -176,11 +209,16 @@ class Gate:
 
 
 def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> ASGIApp:
-    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, then the Gate."""
+    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, the Gate, the session cap."""
+    from .sessions import SessionCap
+
     return server.http_app(
         path=MCP_PATH,
         host_origin_protection=True,  # strict: every request's Host and Origin are checked
         allowed_hosts=allowed_hosts(host, settings),
         allowed_origins=allowed_origins(settings),
-        middleware=[Middleware(Gate, token=settings.auth_token, drain=drain)],
+        session_idle_timeout=settings.session_idle_s,
+        middleware=[Middleware(Gate, token=settings.auth_token, drain=drain),
+                    Middleware(SessionCap, max_sessions=settings.max_sessions,
+                               max_per_client=settings.max_sessions_per_client, idle_s=settings.session_idle_s)],
     )

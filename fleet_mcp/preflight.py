@@ -9,8 +9,9 @@ import httpx
 from pydantic import ValidationError
 
 from .coder import errors as ce
+from .coder import netcause
 from .coder.client import CoderClient
-from .settings import Settings
+from .settings import Settings, env_name
 
 __all__ = ["StartupError", "check_coder", "load_settings"]
 
@@ -30,7 +31,7 @@ def load_settings(**overrides) -> Settings:
                                "`coder tokens create`)") from None
         first = exc.errors()[0]
         reason = first["msg"].removeprefix("Value error, ")
-        raise StartupError(f"invalid setting {str(first['loc'][0]).upper()}: {reason}") from None
+        raise StartupError(f"invalid setting {env_name(str(first['loc'][0]))}: {reason}") from None
 
 
 async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> str:
@@ -44,6 +45,10 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
             raise StartupError("Coder refused CODER_SESSION_TOKEN: create a fresh one with "
                                "`coder tokens create` and set it") from None
         except ce.CoderError as exc:
+            if exc.status is None and isinstance(exc.__cause__, httpx.HTTPError):
+                kind, what = netcause.cause(exc.__cause__)
+                raise StartupError(f"cannot reach Coder at CODER_URL={settings.coder_url}: {what}; "
+                                   f"{netcause.fix(kind)}") from None
             if exc.status is None:
                 raise StartupError(f"cannot reach Coder at CODER_URL={settings.coder_url}: {exc.message}") from None
             raise StartupError(f"Coder at CODER_URL={settings.coder_url} answered {exc.status} "

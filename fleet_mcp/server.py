@@ -11,6 +11,7 @@ from fastmcp import FastMCP
 from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
 
+from . import __version__
 from .coder.client import CoderClient
 from .fleet import Fleet
 from .lifecycle import Lifecycle
@@ -57,6 +58,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
             finally:
                 log.info("Coder client closed")
 
-    mcp = FastMCP("fleet-mcp", instructions=INSTRUCTIONS, lifespan=open_client, middleware=middleware)
+    mcp = FastMCP("fleet-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=open_client,
+                  middleware=middleware)
     register(mcp)
     return mcp

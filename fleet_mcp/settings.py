@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "env_name"]
 
 
 class Settings(BaseSettings):
@@ -65,6 +65,13 @@ class Settings(BaseSettings):
     auth_token: SecretStr | None = None
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     audit_log: Path | None = None
+    # HTTP connections and sessions (see fleet_mcp/connections.py and sessions.py).
+    http_idle_timeout_s: float = Field(default=10.0, gt=0)
+    http_read_timeout_s: float = Field(default=30.0, gt=0)
+    http_max_connections: int = Field(default=1000, ge=1)
+    session_idle_s: float = Field(default=300.0, gt=0)
+    max_sessions: int = Field(default=256, ge=1)
+    max_sessions_per_client: int = Field(default=64, ge=1)
 
     @field_validator("coder_url")
     @classmethod
@@ -75,6 +82,10 @@ class Settings(BaseSettings):
             raise ValueError("CODER_URL must be an http(s) URL such as https://coder.example.com")
         if parts.query or parts.fragment:
             raise ValueError("CODER_URL must not carry a query string or fragment")
+        if "@" in parts.netloc:
+            # Never echoed: the part before "@" is a user name and maybe a password.
+            raise ValueError("CODER_URL must not carry a user name or password (user:password@); "
+                             "the session token goes in CODER_SESSION_TOKEN")
         return value
 
     @field_validator("coder_session_token")
@@ -102,7 +113,27 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _no_wildcard(cls, value: list[str]) -> list[str]:
+        if any("*" in host for host in value):
+            raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
+                             "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
+        return value
+
     @field_validator("audit_log", mode="before")
     @classmethod
     def _blank_path_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+
+def env_name(field: str) -> str:
+    """The environment variable a user sets for the setting `field` (`request_timeout_s` ->
+    `FLEET_MCP_REQUEST_TIMEOUT_S`, `coder_url` -> `CODER_URL`)."""
+    if field.upper().startswith(("CODER_", "FLEET_MCP_")):  # already the variable (pydantic reports aliases)
+        return field.upper()
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0].upper()
+    return f"FLEET_MCP_{field.upper()}"

@@ -6,8 +6,10 @@ It imports neither fleet_mcp nor pytest: the benchmark measures the fleet only t
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -151,20 +153,34 @@ class Running:
         return self.stderr.read_text()
 
 
+def with_file_limit(command: list[str], soft: int | None, hard: int | None = None) -> list[str]:
+    """`command` run with its limits on open files lowered (the hard one stays unless given); prlimit execs it."""
+    if soft is None:
+        return command
+    return ["prlimit", f"--nofile={soft}:{hard or resource.getrlimit(resource.RLIMIT_NOFILE)[1]}", *command]
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
 @contextmanager
 def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1",
-                command: list[str] | None = None) -> Iterator[Running]:
+                command: list[str] | None = None,
+                file_limit: tuple[int, int | None] | None = None) -> Iterator[Running]:
     """An HTTP MCP server on a free port, answering before this yields; stopped (SIGTERM) after.
 
     By default `fleet-mcp --emulator --transport http`; `command` replaces `fleet-mcp --emulator` (it must
-    take `--transport http --host H --port P` too).
+    take `--transport http --host H --port P` too); `file_limit` lowers its open-file limits.
     """
     port = free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
-        proc = subprocess.Popen([*(command or [*SERVER, "--emulator"]), "--transport", "http", "--host", host,
-                                 "--port", str(port), *args], stdout=out, stderr=errfile, stdin=subprocess.DEVNULL,
-                                env=env or clean_env(), cwd=tmp_path)
+        full = [*(command or [*SERVER, "--emulator"]), "--transport", "http", "--host", host, "--port", str(port),
+                *args]
+        proc = subprocess.Popen(with_file_limit(full, *(file_limit or (None,))), stdout=out, stderr=errfile,
+                                stdin=subprocess.DEVNULL, env=env or clean_env(), cwd=tmp_path)
     running = Running(proc, f"http://127.0.0.1:{port}/mcp", port, err)
     try:
         wait_serving(f"http://127.0.0.1:{port}/", proc, err)
@@ -203,3 +219,21 @@ def child_pids() -> set[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == me:
             found.add(int(entry))
     return found
+
+
+# --- stdio as a script drives it ---------------------------------------------------
+
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+          "io.modelcontextprotocol/clientInfo": {"name": "script", "version": "0"}}
+
+
+def modern_call(request_id: object, tool: str, arguments: dict) -> str:
+    """One `tools/call` line of the sessionless 2026-07-28 era: no handshake needed."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments, "_meta": MODERN}})
+
+
+def piped(*lines: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`printf lines | fleet-mcp --emulator`, bounded: what a script does."""
+    return subprocess.run([*SERVER, "--emulator"], check=False, input="".join(line + "\n" for line in lines),
+                          capture_output=True, text=True, timeout=WAIT_S, env=env or clean_env())

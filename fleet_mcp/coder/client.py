@@ -24,6 +24,7 @@ from urllib.parse import quote
 import httpx
 import pydantic
 
+from fleet_mcp.coder import netcause
 from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
 from fleet_mcp.coder.schemas import (
     BuildInfo, BuildParameter, Organization, Preset, Presets,
@@ -325,7 +326,7 @@ class CoderClient:
             response = await self._http.request(method, path, params=params, json=body)
         except httpx.HTTPError as exc:
             reason = redact(f"{type(exc).__name__}: {exc}".rstrip(": "), self._secret)
-            raise Unavailable(None, f"No answer to {where}", reason) from exc
+            raise Unavailable(None, f"No answer to {where}: {netcause.cause(exc)[1]}", reason) from exc
         if not response.is_success:
             raise error_from_response(response, secret=self._secret)
         if not response.content.strip():

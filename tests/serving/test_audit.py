@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastmcp import Client
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from processes import SERVER, WAIT_S, clean_env, refusal
+from processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
 from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut
@@ -105,10 +105,9 @@ async def test_the_file_is_open_for_one_run_and_appended_to(emulator, audit_path
     assert server.middleware[0] is audit  # outermost: it sees the envelope the client gets
     for _ in range(2):
         async with Client(server) as client:
-            assert audit._file is not None and not audit._file.closed
-            opened = audit._file
+            assert audit.is_open
             await Tools(client)("list_agents")
-        assert audit._file is None and opened.closed
+        assert not audit.is_open
     assert [r["tool"] for r in records(audit_path)] == ["list_agents", "list_agents"]
 
 
@@ -147,3 +146,40 @@ def test_fleet_mcp_refuses_an_unwritable_audit_log(tmp_path):
     done = subprocess.run([*SERVER, "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOG=str(tmp_path)), cwd=tmp_path,
                           capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     assert refusal(done) == f"fleet-mcp: cannot open FLEET_MCP_AUDIT_LOG={tmp_path}: Is a directory"
+
+
+# --- the audit log can never change a call's outcome (issue 17, item 3) ----------------
+
+def test_a_full_disk_never_changes_an_answer_and_is_reported_once(tmp_path):
+    """FLEET_MCP_AUDIT_LOG=/dev/full: every write fails; the calls still act and answer, one line on stderr."""
+    calls = [modern_call(1, "create_agent", {"name": "full", "project": "fleet-demo", "spec": "Hi [[finish:1]]"}),
+             *(modern_call(i, "list_agents", {}) for i in range(2, 6))]
+    done = piped(*calls, env=clean_env(FLEET_MCP_AUDIT_LOG="/dev/full"))
+    assert done.returncode == 0, done.stderr
+    got = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
+    assert sorted(got) == [1, 2, 3, 4, 5]
+    assert not got[1]["result"]["isError"] and got[1]["result"]["structuredContent"]["agent"]["name"] == "full"
+    assert all(not got[i]["result"]["isError"] for i in range(2, 6))
+    reports = [line for line in done.stderr.splitlines() if "cannot write" in line]
+    assert len(reports) == 1, done.stderr
+    assert "No space left on device" in reports[0] and "/dev/full" in reports[0]
+
+
+async def test_a_moved_or_removed_log_is_reopened_at_its_path(audited, audit_path):
+    await audited("list_agents")
+    rotated = audit_path.with_suffix(".1")
+    audit_path.rename(rotated)  # logrotate's default: move, then the writer must start a new file
+    await audited("list_agent_projects")
+    assert [r["tool"] for r in records(rotated)] == ["list_agents"]
+    assert [r["tool"] for r in records(audit_path)] == ["list_agent_projects"]
+    audit_path.unlink()
+    await audited("list_agent_roles", project="fleet-demo")
+    assert [r["tool"] for r in records(audit_path)] == ["list_agent_roles"]
+
+
+async def test_a_token_in_any_case_is_redacted(audited, audit_path):
+    for variant in (AUTH_TOKEN.upper(), AUTH_TOKEN.title(), TOKEN.upper()):
+        await audited("show_agent", agent_name=f"x{variant}y")
+    text = audit_path.read_text()
+    assert AUTH_TOKEN.lower() not in text.lower() and TOKEN.lower() not in text.lower()
+    assert text.count(REDACTED) == 3

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, clean_env, http_server, refusal
+from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, http_server, refusal
 from pydantic import SecretStr
 from support import fleet_settings
 
@@ -21,9 +21,6 @@ from fleet_mcp.http import Drain, Gate, allowed_hosts, refuse_bind
 
 TOKEN = "fleet-http-t0ken-never-logged"
 ALLOWED = "fleet.example"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "security-test", "version": "0"}}}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def post_initialize(url: str, **headers: str) -> httpx.Response:
@@ -110,7 +107,7 @@ def test_the_token_is_never_logged(token_server):
     assert post_initialize(token_server.url, Authorization=f"Bearer {TOKEN}").status_code == 200
     assert post_initialize(token_server.url, Authorization=f"Bearer {TOKEN}-wrong").status_code == 401
     logs = token_server.logs()
-    assert "uvicorn.access" in logs  # requests are logged, without their headers
+    assert "fleet_mcp.access" in logs  # requests are logged, without their headers
     assert TOKEN not in logs
 
 

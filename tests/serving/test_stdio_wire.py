@@ -1,0 +1,104 @@
+"""The stdio wire as a script sees it: `… | fleet-mcp --emulator` finishes the call before leaving, and lines
+the server cannot take are answered with JSON-RPC errors (logged once per kind) without holding up a stop."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from processes import SERVER, WAIT_S, clean_env, modern_call, piped
+
+
+def answers(stdout: str) -> dict[object, dict]:
+    out = [json.loads(line) for line in stdout.splitlines()]
+    return {json.dumps(m.get("id")) + ("" if "id" in m else "?"): m for m in out}
+
+
+def test_piped_create_agent_is_created_and_answered_before_exit():
+    """stdin ends right after the call: the call still runs to its end and answers (issue 17, item 7)."""
+    done = piped(modern_call(1, "create_agent", {"name": "piped", "project": "fleet-demo",
+                                                  "spec": "Say hi. [[finish:1]]"}))
+    assert done.returncode == 0, done.stderr
+    [answer] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["id"] == 1 and not answer["result"]["isError"], answer
+    assert answer["result"]["structuredContent"]["agent"]["name"] == "piped"
+    assert "waiting for 1 request(s) in flight" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_piped_legacy_handshake_then_call():
+    init = json.dumps({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "script", "version": "0"}}})
+    initialized = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "list_agent_projects", "arguments": {}}})
+    done = piped(init, initialized, call)
+    assert done.returncode == 0, done.stderr
+    got = answers(done.stdout)
+    assert got['"init"']["result"]["serverInfo"]["name"] == "fleet-mcp"
+    assert [p["name"] for p in got["2"]["result"]["structuredContent"]["projects"]] == ["fleet-demo",
+                                                                                          "fleet-research"]
+
+
+def test_unreadable_lines_and_odd_ids_are_answered_and_logged_once():
+    odd = ["not json", "{broken", b"\xff\xfe".decode("latin-1"), "[1, 2]",
+           '{"jsonrpc":"2.0","id":7.0,"method":"ping"}', '{"jsonrpc":"2.0","id":true,"method":"ping"}',
+           '{"jsonrpc":"2.0","id":null,"method":"ping"}', '{"jsonrpc":"2.0","id":8.0,"method":"ping"}',
+           '{"id":9,"method":"ping"}']
+    done = piped(*odd, modern_call(10, "list_agents", {}))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    errors = [m["error"]["code"] for m in lines if "error" in m]
+    assert errors == [-32700, -32700, -32700, -32600, -32600, -32600, -32600, -32600, -32600]
+    assert all(m["id"] is None for m in lines if "error" in m)
+    [listed] = [m for m in lines if m.get("id") == 10]
+    assert listed["result"]["structuredContent"]["agents"] == []
+    warnings = [line for line in done.stderr.splitlines() if "(logged once)" in line]
+    assert len(warnings) == 4, warnings  # unreadable, batch, odd id, not JSON-RPC 2.0: one line each
+
+
+def test_an_odd_id_does_not_delay_shutdown(tmp_path):
+    with open(tmp_path / "stderr.log", "w") as err:
+        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, env=clean_env())
+    try:
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":7.0,"method":"tools/list"}\n')
+        proc.stdin.write((modern_call(1, "list_agents", {}) + "\n").encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["error"]["code"] == -32600
+        assert json.loads(proc.stdout.readline())["id"] == 1  # serving, and past the odd id
+        signalled_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT_S) == 0
+        assert time.monotonic() - signalled_at < 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
+
+
+def test_a_cancelled_request_does_not_hold_up_the_stop(tmp_path):
+    """The client withdraws a slow call (no answer will come), then closes stdin: the server leaves at once."""
+    create = modern_call(1, "create_agent", {"name": "slow", "project": "fleet-demo", "spec": "Wait. [[hang]]"})
+    delete = modern_call(2, "delete_agent", {"agent_name": "slow"})
+    cancel = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": 2, "reason": "changed my mind"}})
+    with open(tmp_path / "stderr.log", "w") as err:
+        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=clean_env(FLEET_MCP_POLL_INTERVAL_S="30"))
+    try:
+        proc.stdin.write((create + "\n").encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdin.write((delete + "\n").encode())  # polls every 30 s: it would outlast the grace
+        proc.stdin.write((cancel + "\n").encode())
+        proc.stdin.close()
+        closed_at = time.monotonic()
+        assert proc.wait(WAIT_S) == 0
+        assert time.monotonic() - closed_at < 3  # not the 5 s grace
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
