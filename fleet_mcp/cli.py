@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import importlib.util
 import sys
+from collections.abc import Callable
 
 from . import __version__
 
@@ -19,9 +20,15 @@ settings (environment or .env):
   CODER_URL                      your Coder deployment, e.g. https://coder.example.com (required)
   CODER_SESSION_TOKEN            from `coder tokens create` (required)
   FLEET_MCP_APP_SLUG             the AgentAPI app's slug in fleet templates (ccw)
+  FLEET_MCP_RUNNER_APP_SLUG      the runner app's slug in fleet templates (fleet)
   FLEET_MCP_REQUEST_TIMEOUT_S    FLEET_MCP_CONNECT_TIMEOUT_S    FLEET_MCP_RETRY_BUDGET_S
   FLEET_MCP_CANCEL_WAIT_S        FLEET_MCP_DELETE_WAIT_S        FLEET_MCP_POLL_INTERVAL_S
-  FLEET_MCP_AGENT_ERROR_WAIT_S
+  FLEET_MCP_AGENT_ERROR_WAIT_S   FLEET_MCP_CREATE_ADOPT_WAIT_S  FLEET_MCP_TEMPLATE_CACHE_S
+  FLEET_MCP_WAIT_POLL_INTERVAL_S FLEET_MCP_PROGRESS_INTERVAL_S
+  FLEET_MCP_MAX_AGENTS           the fleet's cap (20; 0 = none)
+  FLEET_MCP_AUTOSTOP_MINUTES     default idle autostop of new agents (off)
+  FLEET_MCP_MODEL                FLEET_MCP_MAX_TURNS            FLEET_MCP_MAX_COST_USD
+                                 defaults for runner agents' model and budgets (unset)
   FLEET_MCP_AUTH_TOKEN           bearer token HTTP clients must send (needed off loopback)
   FLEET_MCP_ALLOWED_HOSTS        extra Host names HTTP clients use, comma-separated ('*' is refused)
   FLEET_MCP_AUDIT_LOG            file for one JSON line per tool call
@@ -55,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--emulator", action="store_true",
                         help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
+    parser.add_argument("--agent-runtime", dest="emulator_runtime", default="agentapi",
+                        choices=["agentapi", "runner"],
+                        help="with --emulator: scripted AgentAPI agents (default), or the real Claude Code through "
+                             "`fleet-mcp runner` (needs the runner extra)")
     sub = parser.add_subparsers(dest="command")
     emu = sub.add_parser("emulator", help="serve a local Coder emulator (demo seed, real time)")
     emu.add_argument("--host", default="127.0.0.1")
@@ -113,8 +124,18 @@ def _serve(args: argparse.Namespace) -> int:
     fd_limit = raise_fd_limit()
     transport = None
     sock = None
+    stop_emulator: Callable[[], None] | None = None
     try:
-        if args.emulator:
+        if args.emulator and args.emulator_runtime == "runner":
+            if importlib.util.find_spec("claude_agent_sdk") is None:
+                raise StartupError("--agent-runtime runner needs claude-agent-sdk; install coder-fleet-mcp[runner]")
+            from .emulator.app import REAL_TIME, Emulator, in_background
+
+            # Runners report to the emulator over HTTP, so it serves on a loopback socket of its own.
+            emulator = Emulator(virtual=False, timings=REAL_TIME, agent_runtime="runner")
+            stop_emulator = in_background(emulator)
+            settings = load_settings(coder_url=emulator.url, coder_session_token=emulator.token)
+        elif args.emulator:
             import httpx
 
             from .emulator import REAL_TIME, Emulator
@@ -143,6 +164,8 @@ def _serve(args: argparse.Namespace) -> int:
         gc.enable()
         if sock is not None:
             sock.close()
+        if stop_emulator is not None:
+            stop_emulator()
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
@@ -153,10 +176,14 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
-    if sock is not None:
-        asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
-    else:
-        asyncio.run(serve_stdio(server))
+    try:
+        if sock is not None:
+            asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
+        else:
+            asyncio.run(serve_stdio(server))
+    finally:
+        if stop_emulator is not None:
+            stop_emulator()  # its runner processes stop with it
     return 0
 
 

@@ -7,7 +7,7 @@ import contextlib
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount
@@ -138,6 +138,32 @@ async def running(emulator: Emulator, host: str = "127.0.0.1") -> AsyncIterator[
         server.should_exit = True
         await task
         sock.close()
+
+
+def in_background(emulator: Emulator, host: str = "127.0.0.1", wait_s: float = 30.0) -> Callable[[], None]:
+    """Serve `emulator` on a free port from a thread of its own (its URL is set on return); the function
+    returned stops it, and with it every process it started."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop: list[asyncio.Event] = []
+
+    async def serve_until_stopped() -> None:
+        stop.append(asyncio.Event())
+        async with running(emulator, host):
+            ready.set()
+            await stop[0].wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve_until_stopped(),),
+                              name="fleet-emulator", daemon=True)
+    thread.start()
+    if not ready.wait(wait_s):
+        raise RuntimeError("the emulator did not start serving")
+
+    def close() -> None:
+        loop.call_soon_threadsafe(stop[0].set)
+        thread.join(wait_s)
+
+    return close
 
 
 def _server(app, **config):

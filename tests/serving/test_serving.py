@@ -4,7 +4,9 @@ protocol eras, a clean stdout, a clean stop, and one clear line for each start-u
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import os
 import signal
 import subprocess
 import tempfile
@@ -160,3 +162,48 @@ def test_startup_failure_is_exit_2_and_one_line(request, tmp_path, cause, expect
     line = refusal(done)
     assert line.startswith("fleet-mcp: ") and expected in line, line
     assert SECRET not in done.stderr
+
+
+def runner_processes(parent: int) -> list[int]:
+    """PIDs of the `fleet-mcp runner` processes that `parent` started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/status") as f:
+                ppid = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+        except (OSError, StopIteration):
+            continue
+        if ppid == parent and b"fleet_mcp" in argv and b"runner" in argv:
+            found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("claude_agent_sdk") is None,
+                    reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
+def test_the_emulator_with_real_agents(tmp_path):
+    """`fleet-mcp --emulator --agent-runtime runner`: real Claude Code agents; they stop with the server."""
+    async def drive(url: str) -> None:
+        async with (asyncio.timeout(90), streamable_http_client(url) as (read, write),
+                    ClientSession(read, write) as session):
+            await session.initialize()
+            made = await session.call_tool("create_agent", {"name": "real", "project": "fleet-demo",
+                                                            "spec": "Write the notes"})
+            assert not made.is_error, made.content
+            waited = await session.call_tool("wait_for_agents", {"agent_names": ["real"], "timeout_s": 60})
+            assert waited.structured_content["met"] == ["real"], waited.structured_content
+            shown = (await session.call_tool("show_agent", {"agent_name": "real"})).structured_content["agent"]
+            assert (shown["driver"], shown["status"]) == ("runner", "idle") and shown["cost_usd"] > 0
+
+    with http_server(tmp_path, "--agent-runtime", "runner") as server:
+        asyncio.run(drive(server.url))
+        runners = runner_processes(server.proc.pid)
+        assert runners  # one per running workspace of a fleet template: the new agent's and the seed's
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(WAIT_S) == 0, server.logs()
+    assert not any(alive(pid) for pid in runners)  # the agents stopped with the server
