@@ -132,7 +132,8 @@ class Builds:
         return ws
 
 
-_THERE = {"delete": ("pending", "running", "deleting", "deleted"), "stop": ("pending", "running", "stopping", "stopped"),
+_THERE = {"delete": ("pending", "running", "deleting", "deleted"),
+          "stop": ("pending", "running", "stopping", "stopped"),
           "start": ("pending", "running", "starting")}
 
 

@@ -40,7 +40,8 @@ class Metadata(BaseModel):
     fleet_mcp_project: str
     fleet_mcp_agent_spec: str
     fleet_mcp_current_task: str | None = None
-    fleet_mcp_pull_request_url: str | None = Field(default=None, description="Newest pull-request link the agent reported")
+    fleet_mcp_pull_request_url: str | None = Field(default=None,
+                                                   description="Newest pull-request link the agent reported")
     fleet_mcp_pull_request_status: str | None = None
     fleet_mcp_pull_request_check_status: str | None = None
 
@@ -183,7 +184,8 @@ class AgentGlance(BaseModel):
     status: AgentStatus | None = None
     status_source: StatusSource | None = None
     current_task: str | None = None
-    latest_output: str | None = Field(default=None, description="The newest thing the agent said, cut to 300 characters")
+    latest_output: str | None = Field(default=None,
+                                      description="The newest thing the agent said, cut to 300 characters")
     problem: str | None = None
     error: dict[str, Any] | None = Field(default=None, description="The error envelope, when this agent was not shown")
 
@@ -206,7 +208,8 @@ class TurnOutcome(BaseModel):
     num_turns: int | None = None
     duration_ms: int | None = None
     cost_usd: float | None = Field(default=None, description="This turn's cost (runner only)")
-    total_cost_usd: float | None = Field(default=None, description="The agent's cost so far, over all turns (runner only)")
+    total_cost_usd: float | None = Field(default=None,
+                                         description="The agent's cost so far, over all turns (runner only)")
     finished_at: str | None = None
     driver: Literal["runner", "agentapi"]
 

@@ -238,8 +238,8 @@ class StdioGate:
         os.close(null)
         os.dup2(2, 1)
         saved = sys.stdin, sys.stdout
-        sys.stdin = io.TextIOWrapper(open(server_in_r, "rb"), encoding="utf-8", errors="replace")  # noqa: SIM115
-        sys.stdout = io.TextIOWrapper(open(server_out_w, "wb"), encoding="utf-8")  # noqa: SIM115
+        sys.stdin = io.TextIOWrapper(open(server_in_r, "rb"), encoding="utf-8", errors="replace")
+        sys.stdout = io.TextIOWrapper(open(server_out_w, "wb"), encoding="utf-8")
         for target, name in ((self._read_client, "stdin"), (self._write_client, "stdout")):
             # Daemons: a read blocked on the client's stdin never holds up the exit.
             thread = threading.Thread(target=target, name=f"fleet-mcp-{name}", daemon=True)

@@ -144,7 +144,8 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> T
     reason = turn.subtype if outcome != "succeeded" and turn.subtype and turn.subtype != "success" else None
     text = turn.text or _BUDGETS.get(reason or "", "")
     return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, stop_reason=reason,
-                       text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr, num_turns=turn.num_turns,
+                       text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr,
+                       num_turns=turn.num_turns,
                        duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
                        finished_at=iso(turn.finished_at), driver=driver)  # type: ignore[arg-type]
 

@@ -374,13 +374,13 @@ class SwaggerValidator:
         return [_shorten(f"{name}: at {e.json_path}: {e.message}") for e in validator.iter_errors(value)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def coder_validator(reference: Path) -> SwaggerValidator:
     """Coder's main-branch swagger (which has no Tasks API: Coder removed it in v2.37)."""
     return SwaggerValidator(reference / "coder" / "swagger.json")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def agentapi_validator(reference: Path, base_path: str = APP_PROXY_PREFIX) -> SwaggerValidator:
     """AgentAPI's OpenAPI 3.0 spec with its paths served under ``base_path`` (the app proxy by default)."""
     return SwaggerValidator(reference / "agentapi" / "openapi.json", base_path=base_path)

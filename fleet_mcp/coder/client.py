@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from functools import lru_cache
+from functools import lru_cache, cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
@@ -357,7 +357,7 @@ def _tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _adapter(model: Any) -> pydantic.TypeAdapter[Any]:
     return pydantic.TypeAdapter(model)
 

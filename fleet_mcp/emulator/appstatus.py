@@ -23,7 +23,8 @@ __all__ = ["STATES", "authenticate_agent", "patch_app_status", "record_status", 
 
 STATES = ("working", "idle", "complete", "failure")
 MAX_MESSAGE = 160  # bytes, as Go's len() counts
-FIELDS: dict[str, type] = {"app_slug": str, "state": str, "message": str, "uri": str, "icon": str, "needs_user_attention": bool}
+FIELDS: dict[str, type] = {"app_slug": str, "state": str, "message": str, "uri": str, "icon": str,
+                           "needs_user_attention": bool}
 GO_TYPES: dict[type, str] = {str: "string", bool: "bool"}
 UNREADABLE = ("The agent cannot authenticate until the workspace provision job has been completed. If the job is "
               "no longer running, this agent is invalid.")

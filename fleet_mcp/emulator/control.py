@@ -108,7 +108,8 @@ def control_routes(control: Control) -> list[Route]:
                   ParameterSpec(p) if isinstance(p, str) else ParameterSpec(**p)
                   for p in data.get("parameters", list(fleet))]
         t = seed.add_template(b, data["name"], data.get("display_name", data["name"]), owner=owner,
-                              parameters=params, presets=data.get("presets"), apps=data.get("apps", [seed.fleet_app(control.runtime)]),
+                              parameters=params, presets=data.get("presets"),
+                              apps=data.get("apps", [seed.fleet_app(control.runtime)]),
                               description=data.get("description", ""),
                               allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
                               build_error=data.get("build_error", ""),

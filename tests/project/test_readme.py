@@ -15,11 +15,13 @@ def test_tool_reference_is_current():
     assert result.returncode == 0, result.stderr
 
 
-def test_ci_runs_the_readmes_two_commands_verbatim():
+def test_ci_runs_the_readmes_commands_verbatim():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
-    demo = 'python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/fleet-mcp demo'
-    suite = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
-    for command in (demo, suite):
+    demo = 'python3 -m venv .venv && .venv/bin/pip install -e ".[runner]" && .venv/bin/fleet-mcp demo'
+    lint = ('python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && '
+            '.venv/bin/ruff check fleet_mcp tests bench scripts && .venv/bin/mypy fleet_mcp')
+    suite = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && .venv/bin/python -m pytest'
+    for command in (demo, lint, suite):
         assert command in readme and command in ci.splitlines()
     assert ci.rstrip().splitlines()[-1] == suite  # the suite's result is CI's result

@@ -133,7 +133,7 @@ async def test_fleet_mcp_writes_the_audit_log(tmp_path):
     path = tmp_path / "audit.jsonl"
     params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--emulator"], cwd=str(tmp_path),
                                    env=clean_env(FLEET_MCP_AUDIT_LOG=str(path)))
-    with open(tmp_path / "stderr.log", "w") as errlog:  # noqa: ASYNC230 - a test's log file
+    with open(tmp_path / "stderr.log", "w") as errlog:
         async with (asyncio.timeout(WAIT_S), stdio_client(params, errlog=errlog) as (read, write),
                     ClientSession(read, write) as session):
             await session.discover()

@@ -69,7 +69,7 @@ class Stdio:
 @contextlib.asynccontextmanager
 async def stdio_server(tmp_path, **env: str) -> AsyncIterator[Stdio]:
     """`fleet-mcp --emulator` over stdio, initialized; killed if a test leaves it running."""
-    with open(tmp_path / "stderr.log", "w+") as errlog:  # noqa: ASYNC230 - a file the child writes to
+    with open(tmp_path / "stderr.log", "w+") as errlog:
         proc = await asyncio.create_subprocess_exec(*SERVER, "--emulator", stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE, stderr=errlog,
                                                     env=clean_env(**env), cwd=tmp_path)
