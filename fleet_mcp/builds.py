@@ -25,6 +25,7 @@ class Builds:
     def __init__(self, client: CoderClient, settings: Settings) -> None:
         self.client = client
         self.settings = settings
+        self._finishing: set[asyncio.Future[bool]] = set()
 
     async def create(self, name: str, template_id: str, preset_id: str | None, values: dict[str, str],
                      ttl_ms: int | None = None) -> Workspace:
@@ -77,19 +78,33 @@ class Builds:
         an active build first.
 
         False when the workspace is already there or on its way (another call got there first, or it is gone).
+        Once a build has been cancelled for it, the new build is requested even if the call is cancelled
+        (a shutdown): a cancelled build with nothing after it would be a write left half done.
         """
         if _already(ws, to):
             return False
-        build = ws.latest_build
+        if ws.latest_build.job.status not in BUILD_ACTIVE:
+            return await self._request(ws, to)
+        task = asyncio.ensure_future(self._cancel_then_request(ws, to))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+        return await asyncio.shield(task)
+
+    async def _cancel_then_request(self, ws: Workspace, to: Transition) -> bool:
         try:
-            if build.job.status in BUILD_ACTIVE:
-                try:
-                    await self.client.cancel_build(build.id)
-                except (ce.Forbidden, ce.BadRequest):
-                    pass
-                ws = await self.wait_idle(ws.id)
-                if _already(ws, to):
-                    return False
+            await self.client.cancel_build(ws.latest_build.id)
+        except (ce.Forbidden, ce.BadRequest):
+            pass  # the template does not let users cancel: wait for the build instead
+        except ce.Gone:
+            return False
+        try:
+            ws = await self.wait_idle(ws.id)
+        except ce.Gone:
+            return False
+        return False if _already(ws, to) else await self._request(ws, to)
+
+    async def _request(self, ws: Workspace, to: Transition) -> bool:
+        try:
             try:
                 await self._request_build(ws.id, to)
             except ce.Conflict:
@@ -100,6 +115,11 @@ class Builds:
         except ce.Gone:
             return False
         return True
+
+    async def finish(self, timeout: float) -> None:
+        """At shutdown: let the builds that must not stop halfway be requested (bounded by `timeout`)."""
+        if self._finishing:
+            await asyncio.wait(set(self._finishing), timeout=timeout)
 
     async def _request_build(self, workspace_id: str, to: Transition) -> None:
         """Post the build once; when its answer is lost, look at the workspace to learn whether it landed."""

@@ -54,7 +54,11 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
             try:
                 async with CoderClient(settings, transport=transport) as client:
                     fleet = Fleet(client, settings)
-                    yield {"fleet": fleet, "lifecycle": Lifecycle(fleet), "turns": Turns(fleet), "waits": Waits(fleet)}
+                    try:
+                        yield {"fleet": fleet, "lifecycle": Lifecycle(fleet), "turns": Turns(fleet),
+                               "waits": Waits(fleet)}
+                    finally:
+                        await fleet.builds.finish(settings.delete_wait_s + settings.request_timeout_s)
             finally:
                 log.info("Coder client closed")
 

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -200,3 +201,35 @@ def test_http_second_signal_stops_waiting(tmp_path):
     assert "second signal: cancelling 1 request(s) in flight" in logs
     assert "Coder client closed" in logs
     assert time.monotonic() - signalled_at < 3
+
+
+def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
+    """SIGTERM while delete_agent has cancelled a build and waits for it: the delete build is still requested
+    before the server exits (issue 17: a write is never left half done)."""
+    from processes import emulator_process
+
+    with emulator_process() as coder:
+        control = httpx.Client(base_url=coder.url, headers={"Coder-Session-Token": coder.token}, timeout=10)
+        control.post("/emulator/timings", json={"start_build": 60.0, "cancel": 4.0})  # a build slow to cancel
+        env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token, FLEET_MCP_DELETE_WAIT_S="30")
+        with http_server(tmp_path, env=env, command=SERVER) as server:
+            async def delete_then_signal() -> None:
+                async with (asyncio.timeout(WAIT_S), streamable_http_client(server.url) as (read, write),
+                            ClientSession(read, write) as session):
+                    await session.initialize()
+                    created = await session.call_tool("create_agent", {"name": "cut", "project": "fleet-demo",
+                                                                       "spec": "Build it"})
+                    assert not created.is_error, created.content
+                    pending = asyncio.create_task(session.call_tool("delete_agent", {"agent_name": "cut"}))
+                    await asyncio.sleep(1.0)  # the cancel is sent; the build takes 4 s to stop
+                    assert not pending.done()
+                    server.proc.send_signal(signal.SIGTERM)
+                    with contextlib.suppress(Exception):  # the server may close before it answers
+                        await pending
+
+            asyncio.run(delete_then_signal())
+            assert server.proc.wait(WAIT_S) == 0, server.logs()
+        ws = control.get("/api/v2/users/me/workspace/cut", params={"include_deleted": "true"}).json()
+        builds = control.get(f"/api/v2/workspaces/{ws['id']}/builds").json()
+        assert [b["transition"] for b in builds][:2] == ["delete", "start"]  # not a cancelled build alone
+        assert builds[1]["job"]["status"] == "canceled"

@@ -42,3 +42,10 @@ async def test_every_tool_declares_its_hints(tools):
         assert {"readOnlyHint", "destructiveHint", "idempotentHint"} <= set(hints), tool["name"]
         assert tool["title"] and tool["description"] and tool["outputSchema"]
     assert {t["name"] for t in await listed(tools)} == TOOLS
+
+
+async def test_an_unknown_tool_is_a_bad_request_listing_the_tools(tools):
+    error = await tools.error("create_agnet", name="x")
+    assert error["error"] == "bad_request" and "create_agnet" in error["message"]
+    assert set(error["details"]["tools"]) == TOOLS
+    assert "try again" not in error["message"].lower()
