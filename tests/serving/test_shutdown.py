@@ -210,7 +210,7 @@ def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
 
     with emulator_process() as coder:
         control = httpx.Client(base_url=coder.url, headers={"Coder-Session-Token": coder.token}, timeout=10)
-        control.post("/emulator/timings", json={"start_build": 60.0, "cancel": 4.0})  # a build slow to cancel
+        control.post("/emulator/timings", json={"start_build": 60.0, "cancel": 8.0})  # slower than the 5 s grace
         env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token, FLEET_MCP_DELETE_WAIT_S="30")
         with http_server(tmp_path, env=env, command=SERVER) as server:
             async def delete_then_signal() -> None:
@@ -221,7 +221,7 @@ def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
                                                                        "spec": "Build it"})
                     assert not created.is_error, created.content
                     pending = asyncio.create_task(session.call_tool("delete_agent", {"agent_name": "cut"}))
-                    await asyncio.sleep(1.0)  # the cancel is sent; the build takes 4 s to stop
+                    await asyncio.sleep(1.0)  # the cancel is sent; the build takes 8 s to stop
                     assert not pending.done()
                     server.proc.send_signal(signal.SIGTERM)
                     with contextlib.suppress(Exception):  # the server may close before it answers
