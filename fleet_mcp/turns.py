@@ -55,10 +55,11 @@ class Turns:
         ws, driver, live = await self.fleet.ready(name)
         if live.state not in ("working", "needs_input") and live.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
+        lost: ce.CoderError | None = None
         try:
             await driver.interrupt()
-        except (ce.Unavailable, ce.ServerError):
-            pass  # the answer was lost: whether it stopped is what the wait below finds out
+        except (ce.Unavailable, ce.ServerError) as exc:
+            lost = exc  # the answer was lost: whether it stopped is what the wait below finds out
         except Unreachable as exc:
             raise bad_request(f"Agent {name!r} is offline: {exc}") from None
         except NotSupported as exc:
@@ -71,6 +72,9 @@ class Turns:
 
         settings = self.fleet.settings
         settled = await poll_until(stopped, timeout_s=settings.cancel_wait_s, interval_s=settings.poll_interval_s)
+        if not settled and lost is not None:
+            raise unavailable(f"The interrupt did not take ({lost.message}): agent {name!r} is still working. "
+                              "Try again.")
         statuses = await self.fleet.statuses(await self.fleet.client.workspace(ws.id))
         last = statuses[0] if statuses else None
         task = Task(message=(last.message if last and last.message else "Task") + " - canceled",

@@ -16,7 +16,8 @@ BUILT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 def workspace(build: str = "running", transition: str = "start", agent: dict[str, Any] | None = None,
-              app: dict[str, Any] | None = None, latest: dict[str, Any] | None = None, error: str = "") -> Workspace:
+              app: dict[str, Any] | None = None, latest: dict[str, Any] | None = None, error: str = "",
+              number: int = 2) -> Workspace:
     """A workspace as Coder sends it, reduced to what the rules read."""
     agents = []
     if agent is not None:
@@ -26,6 +27,7 @@ def workspace(build: str = "running", transition: str = "start", agent: dict[str
     return Workspace.model_validate({
         "id": "ws", "name": "w", "owner_name": "demo", "template_name": "fleet-demo",
         "latest_build": {"id": "b", "status": build, "transition": transition, "created_at": BUILT.isoformat(),
+                         "build_number": number,
                          "job": {"status": "succeeded", "error": error}, "resources": [{"agents": agents}]},
         "latest_app_status": latest,
     })
@@ -88,6 +90,13 @@ def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fr
 ])
 def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> None:
     assert list_status(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS).value == expected
+
+
+def test_a_new_agent_is_busy_until_its_spec_reports() -> None:
+    fresh = workspace(agent=READY_AGENT, app=HEALTHY, number=1)  # first build, nothing reported yet
+    assert list_status(fresh, SLUGS).value == "busy"
+    restarted = workspace(agent=READY_AGENT, app=HEALTHY, number=3)  # resumed after a stop: waits for work
+    assert list_status(restarted, SLUGS).value == "idle"
 
 
 @pytest.mark.parametrize(("live", "unreachable", "expected"), [
