@@ -25,6 +25,8 @@ __all__ = ["build_server"]
 
 log = logging.getLogger("fleet_mcp")
 
+FINISH_S = 10.0  # at shutdown, what a delete that has cancelled a build gets to request its own
+
 INSTRUCTIONS = (
     "Run a fleet of Claude Code agents, each in its own Coder workspace. Find a project with "
     "list_agent_projects and a role with list_agent_roles, create_agent with a spec, watch with "
@@ -58,7 +60,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
                         yield {"fleet": fleet, "lifecycle": Lifecycle(fleet), "turns": Turns(fleet),
                                "waits": Waits(fleet)}
                     finally:
-                        await fleet.builds.finish(settings.delete_wait_s + settings.request_timeout_s)
+                        await fleet.builds.finish(FINISH_S)
             finally:
                 log.info("Coder client closed")
 

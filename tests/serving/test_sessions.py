@@ -103,7 +103,12 @@ def test_busy_sessions_are_never_ended_and_a_new_one_is_refused(tmp_path):
                 finally:
                     for stream in streams:
                         await stream.__aexit__(None, None, None)
-                await open_session(http, server.url)  # the streams are closed: an idle one makes room
+                # The streams are closed: once the server has seen them go, an idle session makes room.
+                deadline = time.monotonic() + WAIT_S
+                while (answer := await http.post(server.url, json=INIT)).status_code == 503:
+                    assert time.monotonic() < deadline, "no room was made after the streams closed"
+                    await asyncio.sleep(0.05)
+                assert answer.status_code == 200, answer.text
 
         asyncio.run(asyncio.wait_for(scenario(), WAIT_S))
 
