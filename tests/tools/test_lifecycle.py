@@ -87,3 +87,30 @@ async def test_autostop_is_bounded(tools):
         assert refused["error"] == "bad_request" and refused["details"]["field"] == "autostop_minutes"
     created = await tools("create_agent", name="sleepy", project="fleet-demo", spec=SPEC, autostop_minutes=30)
     assert created["agent"]["name"] == "sleepy"
+
+
+async def test_autostop_fires_after_the_idle_ttl_and_not_while_the_agent_works(tools, emulator, coder):
+    # Coder bumps a workspace's deadline by the template's activity bump whenever the agent reports work.
+    made = await coder.post("/emulator/templates", json={"name": "bumpy", "activity_bump_ms": 5 * 60_000})
+    assert made.status_code == 201
+    await tools("create_agent", name="idle-one", project="bumpy", spec=SPEC, autostop_minutes=3)
+    await tools("create_agent", name="worker", project="bumpy", spec="Long [[finish:600]]", autostop_minutes=3)
+    emulator.advance(60)
+    assert {a["name"]: a["status"] for a in (await tools("list_agents"))["agents"]} == \
+        {"idle-one": "idle", "worker": "busy"}
+    emulator.advance(6 * 60)
+    statuses = {a["name"]: a["status"] for a in (await tools("list_agents"))["agents"]}
+    assert statuses == {"idle-one": "stopped", "worker": "busy"}  # the worker's reports kept its deadline ahead
+    shown = (await tools("show_agent", agent_name="idle-one"))["agent"]
+    assert shown["status_source"] == "build"
+    assert (await tools("start_agent", agent_name="idle-one"))["agent"]["status"] in ("pending", "starting")
+
+
+async def test_a_template_that_schedules_its_own_stops_refuses_autostop(tools, coder):
+    made = await coder.post("/emulator/templates", json={"name": "strict", "allow_user_autostop": False,
+                                                         "default_ttl_ms": 3_600_000})
+    assert made.status_code == 201
+    refused = await tools.error("create_agent", name="strict-one", project="strict", spec=SPEC, autostop_minutes=30)
+    assert refused["error"] == "bad_request" and "autostop" in refused["message"]
+    created = await tools("create_agent", name="strict-one", project="strict", spec=SPEC)
+    assert created["agent"]["project"] == "strict"
