@@ -328,7 +328,7 @@ resource "coder_agent" "main" {
 }
 
 # Credentials reach every process of the agent, the runner's Claude Code included.
-# Only created when set: an empty ANTHROPIC_API_KEY would hide a user secret of that name.
+# Only created when set: an empty key is no key, and the user's own secret (see README) may supply it.
 resource "coder_env" "anthropic_api_key" {
   count    = var.anthropic_api_key != "" ? 1 : 0
   agent_id = coder_agent.main.id

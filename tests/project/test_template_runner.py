@@ -141,7 +141,7 @@ def test_claude_credentials_and_git(doc: dict) -> None:
     envs = {body["name"]: body for body in of_type(doc, "resource", "coder_env").values()}
     key = envs["ANTHROPIC_API_KEY"]
     assert key["value"] == "var.anthropic_api_key"
-    assert key["count"] == 'var.anthropic_api_key != "" ? 1 : 0', "an empty value would hide a user secret"
+    assert key["count"] == 'var.anthropic_api_key != "" ? 1 : 0', "set only when given"
     assert envs["CLAUDE_CODE_OAUTH_TOKEN"]["value"] == "var.claude_code_oauth_token"
     auth = of_type(doc, "data", "coder_external_auth")["git"]
     assert auth["id"] == "var.git_external_auth_id"
