@@ -6,8 +6,13 @@ every template. A template is a fleet project when its active version
 declares `fleet_mcp_managed`; a project is complete when that version declares
 all five fleet parameters, offers the roles `coder`, `operator` and `manager`
 (as presets, or, without role presets, as options of `fleet_mcp_role`), gives
-the marker the default "false", and gives its agent the AgentAPI app. Exit 0
-when at least one project is complete, 1 when none is.
+the marker the default "false", and gives its agent an app the fleet can drive:
+the runner's (`runner_app_slug`, default `fleet`; templates/fleet-agent) or
+AgentAPI's (`agentapi_app_slug`, default `ccw`; templates/fleet-agent-agentapi).
+The report names each project's driver; a runner project without the optional
+model and budget parameters is complete with a warning (create_agent refuses
+model and budgets for it). Exit 0 when at least one project is complete, 1 when
+none is.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .preflight import StartupError, check_coder, load_settings
 from .projects import roles_from
-from .rules import FLEET_PARAMETERS, MANAGED, ROLE
+from .rules import FLEET_PARAMETERS, MANAGED, ROLE, RUNNER_PARAMETERS
 from .settings import Settings
 
 __all__ = ["ROLES", "ProjectCheck", "Report", "diagnose", "main", "run"]
@@ -32,16 +37,21 @@ __all__ = ["ROLES", "ProjectCheck", "Report", "diagnose", "main", "run"]
 ROLES = ("coder", "operator", "manager")
 EMULATOR_URL = "http://emulator.local"
 _OK, _FAIL, _OTHER = "ok  ", "FAIL", "--  "
+RUNNER, AGENTAPI = "runner", "AgentAPI"
 
 
 @dataclass
 class ProjectCheck:
-    """One fleet project: what it lacks (empty when complete) and how it offers roles."""
+    """One fleet project: what it lacks (empty when complete), how it offers roles, which driver runs its
+    agents (`runner`, `AgentAPI`, or "" when its agent has neither app) and what works less well (`warnings`)."""
 
     name: str
     display_name: str = ""
     lacks: list[str] = field(default_factory=list)
     roles: str = ""
+    driver: str = ""
+    app: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -59,7 +69,8 @@ class Report:
     version: str
     username: str
     user_roles: list[str]
-    slug: str
+    runner_slug: str
+    agentapi_slug: str
     projects: list[ProjectCheck]
     others: list[ProjectCheck]  # templates that are not fleet projects
     where: str = ""
@@ -81,31 +92,35 @@ class Report:
         if not self.projects:
             out.append(f"  {_FAIL} none: no template declares {MANAGED} (templates/fleet-agent is one that does)")
         for p in self.projects:
+            shown = "; ".join(x for x in (f"{p.driver} (app {p.app!r})" if p.driver else "", p.roles) if x)
             if p.complete:
-                out.append(f"  {_OK} {p.title}: complete; {p.roles}")
-                continue
-            out.append(f"  {_FAIL} {p.title}: lacks" + (f" ({p.roles})" if p.roles else ""))
-            out += [f"         - {lack}" for lack in p.lacks]
+                out.append(f"  {_OK} {p.title}: complete" + (f"; {shown}" if shown else ""))
+            else:
+                out.append(f"  {_FAIL} {p.title}: lacks" + (f" ({shown})" if shown else ""))
+                out += [f"         - {lack}" for lack in p.lacks]
+            out += [f"         ! {warning}" for warning in p.warnings]
         if self.others:
             out.append("Other templates")
             out += [f"  {_OTHER} {p.title}: not a fleet project" for p in self.others]
         done = len(self.complete)
         out.append(f"{done} of {len(self.projects)} fleet project{'s' if len(self.projects) != 1 else ''} complete"
-                   + ("." if done else f": the fleet cannot create an agent (AgentAPI app slug {self.slug!r})."))
+                   + ("." if done else f": the fleet cannot create an agent (apps looked for: runner "
+                                       f"{self.runner_slug!r}, AgentAPI {self.agentapi_slug!r})."))
         return out
 
 
 async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> Report:
     """Read Coder through `client` and judge every template; Coder's own errors propagate."""
     info, me, templates = await asyncio.gather(client.buildinfo(), client.me(), client.templates())
-    slug = settings.agentapi_app_slug
-    checks = await asyncio.gather(*(_check(client, t, slug) for t in templates))
+    slugs = {RUNNER: settings.runner_app_slug, AGENTAPI: settings.agentapi_app_slug}
+    checks = await asyncio.gather(*(_check(client, t, slugs) for t in templates))
     return Report(url=settings.coder_url, version=info.version or "unknown", username=me.username,
-                  user_roles=[r.name for r in me.roles], slug=slug, where=where,
+                  user_roles=[r.name for r in me.roles], runner_slug=slugs[RUNNER], agentapi_slug=slugs[AGENTAPI],
+                  where=where,
                   projects=[c for c, fleet in checks if fleet], others=[c for c, fleet in checks if not fleet])
 
 
-async def _check(client: CoderClient, t: Template, slug: str) -> tuple[ProjectCheck, bool]:
+async def _check(client: CoderClient, t: Template, slugs: dict[str, str]) -> tuple[ProjectCheck, bool]:
     """(the check, whether the template is a fleet project)."""
     check = ProjectCheck(t.name, t.display_name)
     version = t.active_version_id
@@ -128,7 +143,8 @@ async def _check(client: CoderClient, t: Template, slug: str) -> tuple[ProjectCh
     if presets is not None:
         check.roles = _roles(check, params, presets)
     if resources is not None:
-        _app(check, resources, slug)
+        _app(check, resources, slugs)
+        _runner_parameters(check, declared)
     return check, True
 
 
@@ -168,14 +184,32 @@ def _roles(check: ProjectCheck, params: list[RichParameter], presets: list[Prese
     return f"{source}: roles from the {ROLE} options: " + ", ".join(options)
 
 
-def _app(check: ProjectCheck, resources: list[WorkspaceResource], slug: str) -> None:
+def _app(check: ProjectCheck, resources: list[WorkspaceResource], slugs: dict[str, str]) -> None:
+    """The driver, picked as the fleet picks it: the runner's app first, then AgentAPI's."""
     agents = [agent for resource in resources for agent in resource.agents]
-    slugs = sorted({app.slug for agent in agents for app in agent.apps})
+    found = sorted({app.slug for agent in agents for app in agent.apps})
+    wanted = f"the runner app {slugs[RUNNER]!r} or the AgentAPI app {slugs[AGENTAPI]!r}"
     if not agents:
-        check.lacks.append(f"an agent with the AgentAPI app {slug!r}: the version declares no agent")
-    elif slug not in slugs:
-        check.lacks.append(f"the AgentAPI app {slug!r} on its agent (apps: {', '.join(slugs) or 'none'}); the "
-                           "claude-code module adds it with web_app = true, FLEET_MCP_APP_SLUG names another")
+        check.lacks.append(f"an agent with {wanted}: the version declares no agent")
+        return
+    driver = next((kind for kind, slug in slugs.items() if slug in found), None)
+    if driver is None:
+        check.lacks.append(f"{wanted} on its agent (apps: {', '.join(found) or 'none'}); templates/fleet-agent "
+                           "declares the runner's, the claude-code module 4.x adds AgentAPI's with web_app = true; "
+                           "FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG name others")
+        return
+    check.driver, check.app = driver, slugs[driver]
+
+
+def _runner_parameters(check: ProjectCheck, declared: dict[str, RichParameter]) -> None:
+    """Model and budgets reach the runner through three optional parameters; say what their absence costs."""
+    missing = [name for name in RUNNER_PARAMETERS if name not in declared]
+    if check.driver == RUNNER and missing:
+        check.warnings.append(f"declares no {', '.join(missing)}: create_agent will refuse model, max_turns and "
+                              "max_cost_usd for this project (templates/fleet-agent declares all three)")
+    elif check.driver == AGENTAPI and len(missing) < len(RUNNER_PARAMETERS):
+        check.warnings.append("declares the runner's model and budget parameters, but its agent runs AgentAPI, "
+                              "which cannot apply them: create_agent would accept model and budgets that do nothing")
 
 
 async def run(settings: Settings, transport: httpx.AsyncBaseTransport | None = None, *, where: str = "",

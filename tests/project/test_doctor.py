@@ -4,7 +4,10 @@ Most tests run the doctor's core in-process on the emulator (every answer checke
 against the swagger); a few run `fleet-mcp doctor` as a real process for the exit
 codes. "No complete project" is had without touching the emulator's internals:
 with FLEET_MCP_APP_SLUG naming an app no template gives its agent, every fleet
-project of the demo seed lacks its AgentAPI app.
+project of the demo seed lacks its AgentAPI app. Runner projects come from the
+runner runtime's seed (`Emulator(agent_runtime="runner")`, app `fleet`, the
+optional model and budget parameters) or from templates added through the
+control API with `apps: ["fleet"]`.
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from support import CheckedTransport, fleet_settings
 from fleet_mcp import cli
 from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.doctor import Report, diagnose, run
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.preflight import StartupError
 
 DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
 FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]
+FIVE = [*FOUR, "fleet_mcp_current_task"]
+RUNNER_PARAMS = ["fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"]
 SECRET = "s3cr3t-doctor-t0ken"
 
 
@@ -53,11 +59,13 @@ async def test_demo_deployment_is_ready(emulator, conformance):
     assert [p.name for p in report.projects] == ["fleet-demo", "fleet-research"]
     assert all(p.complete for p in report.projects)
     assert project(report, "fleet-demo").roles == "roles from presets: coder, operator, manager"
+    assert [(p.driver, p.app, p.warnings) for p in report.projects] == [("AgentAPI", "ccw", [])] * 2
     assert "no presets" in project(report, "fleet-research").roles
     assert [p.name for p in report.others] == ["docker"]
     assert report.exit_code == 0
     text = "\n".join(report.lines())
-    assert 'fleet-demo "Fleet Demo": complete' in text
+    assert ('fleet-demo "Fleet Demo": complete; AgentAPI (app \'ccw\'); roles from presets: coder, operator, '
+            'manager') in text
     assert 'docker "Docker Containers": not a fleet project' in text
     assert "token valid: demo (roles: owner)" in text
     assert "2 of 2 fleet projects complete." in text
@@ -79,7 +87,7 @@ async def test_a_missing_parameter_is_named(emulator, conformance, coder):
 async def test_a_template_without_the_agentapi_app(emulator, conformance, coder, apps):
     await add_template(coder, name="no-app", apps=apps)
     lacks = project(await report_of(emulator, conformance), "no-app").lacks
-    assert len(lacks) == 1 and "AgentAPI app 'ccw'" in lacks[0]
+    assert len(lacks) == 1 and "the runner app 'fleet' or the AgentAPI app 'ccw'" in lacks[0]
     assert f"apps: {', '.join(apps) or 'none'}" in lacks[0]
 
 
@@ -122,17 +130,91 @@ async def test_no_complete_project_is_exit_1(emulator, conformance):
     report = await report_of(emulator, conformance, agentapi_app_slug="claude")
     assert report.projects and not report.complete
     assert all("AgentAPI app 'claude'" in p.lacks[0] for p in report.projects)
+    assert all(p.driver == "" for p in report.projects)
     assert report.exit_code == 1
-    assert report.lines()[-1].startswith("0 of 2 fleet projects complete: the fleet cannot create an agent")
+    assert report.lines()[-1] == ("0 of 2 fleet projects complete: the fleet cannot create an agent (apps looked "
+                                  "for: runner 'fleet', AgentAPI 'claude').")
 
 
 def test_no_fleet_project_at_all_is_exit_1():
     report = Report(url="https://coder.example.com", version="v2.37.0", username="me", user_roles=[],
-                    slug="ccw", projects=[], others=[])
+                    runner_slug="fleet", agentapi_slug="ccw", projects=[], others=[])
     assert report.exit_code == 1
     text = "\n".join(report.lines())
     assert "none: no template declares fleet_mcp_managed" in text
     assert "(roles: member, no site roles)" in text
+
+
+# --- runner projects ---------------------------------------------------------------------
+
+async def test_the_runner_demo_deployment_is_ready(conformance):
+    emulator = Emulator(agent_runtime="runner")
+    try:
+        report = await report_of(emulator, conformance)
+    finally:
+        emulator.close()
+    assert [(p.name, p.complete, p.driver, p.app, p.warnings) for p in report.projects] == [
+        ("fleet-demo", True, "runner", "fleet", []), ("fleet-research", True, "runner", "fleet", [])]
+    text = "\n".join(report.lines())
+    assert ('fleet-demo "Fleet Demo": complete; runner (app \'fleet\'); roles from presets: coder, operator, '
+            'manager') in text
+    assert "!" not in text and text.endswith("2 of 2 fleet projects complete.")
+
+
+async def test_a_runner_project_without_the_budget_parameters_is_complete_with_a_warning(emulator, conformance,
+                                                                                          coder):
+    await add_template(coder, name="bare-runner", parameters=FIVE, apps=["fleet"])
+    report = await report_of(emulator, conformance)
+    bare = project(report, "bare-runner")
+    assert (bare.complete, bare.driver) == (True, "runner")
+    assert bare.warnings == ["declares no fleet_mcp_model, fleet_mcp_max_turns, fleet_mcp_max_cost_usd: create_agent "
+                             "will refuse model, max_turns and max_cost_usd for this project (templates/fleet-agent "
+                             "declares all three)"]
+    lines = report.lines()
+    head = "  ok   bare-runner: complete; runner (app 'fleet'); "
+    i = next(i for i, line in enumerate(lines) if line.startswith(head))
+    assert lines[i + 1] == f"         ! {bare.warnings[0]}"
+
+
+async def test_a_runner_project_missing_one_budget_parameter(emulator, conformance, coder):
+    await add_template(coder, name="no-cost", parameters=[*FIVE, *RUNNER_PARAMS[:2]], apps=["fleet"])
+    check = project(await report_of(emulator, conformance), "no-cost")
+    assert check.complete and len(check.warnings) == 1
+    assert check.warnings[0].startswith("declares no fleet_mcp_max_cost_usd: create_agent will refuse")
+
+
+async def test_a_complete_runner_template_added_by_hand(emulator, conformance, coder):
+    await add_template(coder, name="full-runner", parameters=[*FIVE, *RUNNER_PARAMS], apps=["fleet", "code-server"])
+    check = project(await report_of(emulator, conformance), "full-runner")
+    assert (check.complete, check.driver, check.app, check.warnings) == (True, "runner", "fleet", [])
+
+
+async def test_an_agentapi_project_with_the_runner_parameters_is_warned(emulator, conformance, coder):
+    await add_template(coder, name="confused", parameters=[*FIVE, *RUNNER_PARAMS], apps=["ccw"])
+    check = project(await report_of(emulator, conformance), "confused")
+    assert (check.complete, check.driver) == (True, "AgentAPI")
+    assert len(check.warnings) == 1 and "its agent runs AgentAPI, which cannot apply them" in check.warnings[0]
+
+
+async def test_both_apps_mean_the_runner_as_the_fleet_picks(emulator, conformance, coder):
+    await add_template(coder, name="both", parameters=[*FIVE, *RUNNER_PARAMS], apps=["ccw", "fleet"])
+    check = project(await report_of(emulator, conformance), "both")
+    assert (check.complete, check.driver, check.app) == (True, "runner", "fleet")
+
+
+async def test_a_runner_project_under_another_runner_slug(conformance):
+    emulator = Emulator(agent_runtime="runner")
+    try:
+        report = await report_of(emulator, conformance, runner_app_slug="agent-runner")
+    finally:
+        emulator.close()
+    assert report.exit_code == 1
+    for p in report.projects:
+        assert not p.complete and p.driver == ""
+        assert p.lacks == ["the runner app 'agent-runner' or the AgentAPI app 'ccw' on its agent (apps: fleet); "
+                           "templates/fleet-agent declares the runner's, the claude-code module 4.x adds AgentAPI's "
+                           "with web_app = true; FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG name others"]
+    assert report.lines()[-1].endswith("(apps looked for: runner 'agent-runner', AgentAPI 'ccw').")
 
 
 async def test_run_prints_the_report_and_answers_the_exit_code(emulator, conformance):

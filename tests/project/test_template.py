@@ -1,155 +1,59 @@
-"""templates/fleet-agent: the Coder template declares what the fleet sends, and the emulator's seed mirrors it.
+"""templates/: both Coder templates declare what the fleet sends, and the emulator's seed mirrors them.
 
 Coder silently drops rich parameters a template does not declare, so every
-`fleet_mcp_*` value the client sends must be declared here; the roles the fleet
-offers are this template's presets; and the AgentAPI app the fleet talks to is
-the claude-code module's web app. The demo seed's `fleet-demo` template must
-look the same, or the emulator would test the fleet against a template nobody
-ships.
+`fleet_mcp_*` value the client sends must be declared; the roles the fleet
+offers are the presets; and the app the fleet talks to picks its driver:
+`fleet` (templates/fleet-agent, `fleet-mcp runner`) or `ccw`
+(templates/fleet-agent-agentapi, AgentAPI from the claude-code module 4.x).
+The demo seed (`Emulator(agent_runtime=...)`) must look the same, or the
+emulator would test the fleet against templates nobody ships.
+None of this is `terraform validate` (no provider registry here): it reads the
+HCL for the contract.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import textwrap
-from pathlib import Path
 from typing import Any
 
-import hcl2
 import httpx
 import pytest
+from hcl_reader import (TEMPLATES, as_list, flag, labelled, load, merged, named, of_type, options, parameter_ref,
+                        parameters as parameters_of, presets as presets_of, validation)
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.seed import ROLE_PROMPTS, ROLES
-from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, SPEC
+from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.settings import Settings
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "fleet-agent" / "main.tf"
+KINDS = {"runner": TEMPLATES / "fleet-agent" / "main.tf", "agentapi": TEMPLATES / "fleet-agent-agentapi" / "main.tf"}
+APP = {"runner": "fleet", "agentapi": "ccw"}
+# 2.13: the nested agentapi module reads data.coder_task; the runner template needs 2.9 (preset descriptions).
+CODER_PROVIDER = {"runner": ">= 2.9, < 3.0", "agentapi": ">= 2.13, < 3.0"}
 ROLE_OPTIONS = ["coder", "operator", "manager"]
 CLAUDE_CODE_SOURCE = "registry.coder.com/coder/claude-code/coder"
 TOKEN = "demo-token"
 
 
-# --- reading python-hcl2's output -------------------------------------------
-# Across versions python-hcl2 may keep the quotes of string literals and block
-# labels, wrap expressions in `${…}`, keep heredocs raw (`<<-EOT … EOT`), and add
-# bookkeeping keys (`__is_block__`, `__comments__`). `norm` removes all of that.
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
 
-_HEREDOC = re.compile(r"\A<<(-?)([A-Za-z_][A-Za-z0-9_]*)\n(.*?)\n?[ \t]*\2[ \t]*\Z", re.DOTALL)
-
-
-def _unquote(s: str) -> str:
-    if len(s) >= 2 and s[0] == s[-1] == '"':
-        return re.sub(r'\\(["\\nt])', lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), s[1:-1])
-    return s
-
-
-def _unwrap(s: str) -> str:
-    """`${expr}` → `expr` when the whole string is one interpolation."""
-    if not (s.startswith("${") and s.endswith("}")):
-        return s
-    depth = 0
-    for i, ch in enumerate(s[1:], start=1):
-        depth += ch == "{"
-        depth -= ch == "}"
-        if depth == 0 and i != len(s) - 1:
-            return s  # `${a}-${b}`: a template, not one expression
-    return s[2:-1].strip()
-
-
-def norm_str(s: str) -> str:
-    s = _unquote(s)
-    heredoc = _HEREDOC.match(s)
-    if heredoc:
-        body = heredoc[3]
-        return textwrap.dedent(body) + "\n" if heredoc[1] else body + "\n"
-    return _unwrap(s)
-
-
-def norm(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {norm_str(k): norm(v) for k, v in value.items() if not str(k).startswith("__")}
-    if isinstance(value, list):
-        return [norm(v) for v in value]
-    if isinstance(value, str):
-        return norm_str(value)
-    return value
-
-
-def as_list(value: Any) -> list:
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
-
-
-def labelled(doc: dict, kind: str) -> dict[tuple[str, str], dict]:
-    """Two-label blocks (`data`, `resource`): {(type, name): body}."""
-    found: dict[tuple[str, str], dict] = {}
-    for entry in as_list(doc.get(kind)):
-        for type_, named in entry.items():
-            for item in as_list(named):
-                for name, body in item.items():
-                    for one in as_list(body):
-                        assert (type_, name) not in found, f"{kind} {type_}.{name} declared twice"
-                        found[(type_, name)] = one
-    return found
-
-
-def named(doc: dict, kind: str) -> dict[str, dict]:
-    """One-label blocks (`module`, `variable`): {name: body}."""
-    found: dict[str, dict] = {}
-    for entry in as_list(doc.get(kind)):
-        for name, body in entry.items():
-            for one in as_list(body):
-                assert name not in found, f"{kind} {name} declared twice"
-                found[name] = one
-    return found
-
-
-def merged(doc: dict, kind: str) -> dict:
-    """Unlabelled blocks that may repeat (`locals`, `terraform`): their bodies merged."""
-    out: dict = {}
-    for body in as_list(doc.get(kind)):
-        out.update(body)
-    return out
-
-
-def flag(value: Any) -> Any:
-    """HCL bools as Python bools, whether python-hcl2 gave `true` or "true"."""
-    return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
-
-
-# --- fixtures -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def doc() -> dict:
-    with TEMPLATE.open() as f:
-        return norm(hcl2.load(f))
+def doc(kind: str) -> dict:
+    return load(KINDS[kind])
 
 
 @pytest.fixture(scope="module")
 def parameters(doc: dict) -> dict[str, dict]:
-    """coder_parameter blocks by their `name` (not their Terraform label)."""
-    out = {}
-    for (type_, label), body in labelled(doc, "data").items():
-        if type_ == "coder_parameter":
-            assert body["name"] not in out, f"parameter {body['name']} declared twice"
-            out[body["name"]] = {**body, "_label": label}
-    return out
+    return parameters_of(doc)
 
 
 @pytest.fixture(scope="module")
 def presets(doc: dict) -> dict[str, dict]:
-    return {body["name"]: body for (type_, _), body in labelled(doc, "data").items()
-            if type_ == "coder_workspace_preset"}
-
-
-@pytest.fixture(scope="module")
-def claude_code(doc: dict) -> dict:
-    modules = [body for body in named(doc, "module").values() if body.get("source") == CLAUDE_CODE_SOURCE]
-    assert len(modules) == 1, "the template must use the claude-code module exactly once"
-    return modules[0]
+    return presets_of(doc)
 
 
 @pytest.fixture(scope="module")
@@ -159,32 +63,18 @@ def role_prompts(doc: dict) -> dict[str, str]:
     return prompts
 
 
-def options(param: dict) -> list[dict]:
-    return [{"name": o.get("name", ""), "value": o["value"], "description": o.get("description", "")}
-            for o in as_list(param.get("option"))]
-
-
-def validation(param: dict) -> dict:
-    blocks = as_list(param.get("validation"))
-    return blocks[0] if blocks else {}
-
-
-def parameter_ref(param: dict) -> str:
-    return f"data.coder_parameter.{param['_label']}.value"
-
-
-# --- the template itself ----------------------------------------------------------
+# --- the contract both templates keep -----------------------------------------------
 
 def test_template_parses(doc: dict) -> None:
-    assert labelled(doc, "data") and labelled(doc, "resource") and named(doc, "module")
+    assert labelled(doc, "data") and labelled(doc, "resource")
 
 
-def test_pins(doc: dict) -> None:
+def test_pins(doc: dict, kind: str) -> None:
     terraform = merged(doc, "terraform")
     assert terraform["required_version"] == ">= 1.9"
     providers = merged({"p": terraform["required_providers"]}, "p")
     assert providers["coder"]["source"] == "coder/coder"
-    assert providers["coder"]["version"] == ">= 2.13, < 3.0"
+    assert providers["coder"]["version"] == CODER_PROVIDER[kind]
     assert providers["docker"]["source"] == "kreuzwerker/docker"
 
 
@@ -246,40 +136,6 @@ def test_preset_descriptions_match_role_options(presets: dict, parameters: dict)
         assert preset.get("description", described[name]) == described[name]
 
 
-def test_claude_code_module(claude_code: dict) -> None:
-    assert claude_code["version"] == "4.9.2"
-    assert flag(claude_code.get("web_app", True)) is True, "web_app off = no `ccw` app, no route to AgentAPI"
-    assert flag(claude_code.get("report_tasks", True)) is True, "report_tasks off = no system prompt, no statuses"
-    assert flag(claude_code.get("continue")) is True
-    assert flag(claude_code.get("dangerously_skip_permissions")) is True
-    assert claude_code.get("agentapi_version") == "v0.12.1"
-    assert claude_code["agent_id"] == "coder_agent.main.id"
-    assert claude_code["count"] == "data.coder_workspace.me.start_count"
-    assert claude_code["subdomain"].startswith("var.")
-    assert claude_code["claude_api_key"] == "var.anthropic_api_key"
-
-
-def test_web_app_slug_is_the_clients_default(claude_code: dict, doc: dict) -> None:
-    # claude-code 4.x names its web app `ccw`; the client's default slug must agree,
-    # and the template must not declare an app of that slug itself (duplicate slug).
-    assert Settings.model_fields["agentapi_app_slug"].default == "ccw"
-    for (type_, _), body in labelled(doc, "resource").items():
-        if type_ == "coder_app":
-            assert body.get("slug") != "ccw"
-
-
-def test_ai_prompt_is_the_spec(claude_code: dict, parameters: dict) -> None:
-    assert claude_code["ai_prompt"] == parameter_ref(parameters[SPEC])
-
-
-def test_system_prompt_comes_from_the_role_map(claude_code: dict, doc: dict, parameters: dict) -> None:
-    locals_ = merged(doc, "locals")
-    prompt = claude_code["system_prompt"]
-    if prompt.startswith("local."):
-        prompt = locals_[prompt.removeprefix("local.")]
-    assert "local.role_prompts" in prompt and parameter_ref(parameters[ROLE]) in prompt
-
-
 def test_role_prompts(role_prompts: dict) -> None:
     assert sorted(role_prompts) == sorted(ROLE_OPTIONS)
     for role, prompt in role_prompts.items():
@@ -288,18 +144,22 @@ def test_role_prompts(role_prompts: dict) -> None:
         assert "%{" not in prompt
 
 
-def test_no_coder_ai_task(doc: dict) -> None:
-    kinds = {type_ for kind in ("resource", "data") for type_, _ in labelled(doc, kind)}
+def test_system_prompt_comes_from_the_role_map(doc: dict, parameters: dict) -> None:
+    prompt = merged(doc, "locals")["system_prompt"]
+    assert "local.role_prompts" in prompt and parameter_ref(parameters[ROLE]) in prompt
+
+
+def test_no_coder_ai_task(doc: dict, kind: str) -> None:
+    kinds = {type_ for k in ("resource", "data") for type_, _ in labelled(doc, k)}
     assert "coder_ai_task" not in kinds
-    assert not re.search(r'^\s*(resource|data)\s+"?coder_ai_task', TEMPLATE.read_text(), re.MULTILINE)
+    assert not re.search(r'^\s*(resource|data)\s+"?coder_ai_task', KINDS[kind].read_text(), re.MULTILINE)
 
 
 def test_credentials_are_sensitive_variables(doc: dict, parameters: dict) -> None:
     variables = named(doc, "variable")
     key = variables["anthropic_api_key"]
     assert flag(key.get("sensitive")) is True and key.get("default") == ""
-    if "claude_code_oauth_token" in variables:
-        assert flag(variables["claude_code_oauth_token"].get("sensitive")) is True
+    assert flag(variables["claude_code_oauth_token"].get("sensitive")) is True
     assert not any("key" in name or "token" in name for name in parameters), "parameters are readable metadata"
 
 
@@ -312,26 +172,72 @@ def test_compute(doc: dict) -> None:
     container = containers[0]
     assert container["count"] == "data.coder_workspace.me.start_count"
     assert container["image"] == "codercom/example-base:ubuntu"
-    assert container["user"] == "coder", "Claude refuses --dangerously-skip-permissions as root"
+    assert container["user"] == "coder", "Claude refuses to skip permissions as root"
 
 
-# --- the emulator's demo seed mirrors the template ----------------------------------
+def test_runner_parameters_only_where_the_runner_runs(parameters: dict, kind: str) -> None:
+    # create_agent sends model and budgets exactly when the template declares them; AgentAPI could not use them.
+    declared = [p for p in RUNNER_PARAMETERS if p in parameters]
+    assert declared == (list(RUNNER_PARAMETERS) if kind == "runner" else [])
 
-async def _seeded_fleet_templates() -> tuple[Emulator, dict[str, tuple[list[dict], list[dict] | None]]]:
-    emulator = Emulator(token=TOKEN)
-    headers = {"Coder-Session-Token": TOKEN}
+
+# --- the AgentAPI template: claude-code 4.x -------------------------------------------
+
+@pytest.fixture(scope="module")
+def claude_code() -> dict:
+    doc = load(KINDS["agentapi"])
+    modules = [body for body in named(doc, "module").values() if body.get("source") == CLAUDE_CODE_SOURCE]
+    assert len(modules) == 1, "the AgentAPI template must use the claude-code module exactly once"
+    return modules[0]
+
+
+def test_claude_code_module(claude_code: dict) -> None:
+    assert claude_code["version"] == "4.9.2"
+    assert flag(claude_code.get("web_app", True)) is True, "web_app off = no `ccw` app, no route to AgentAPI"
+    assert flag(claude_code.get("report_tasks", True)) is True, "report_tasks off = no system prompt, no statuses"
+    assert flag(claude_code.get("continue")) is True
+    assert flag(claude_code.get("dangerously_skip_permissions")) is True
+    assert claude_code.get("agentapi_version") == "v0.12.1"
+    assert claude_code["agent_id"] == "coder_agent.main.id"
+    assert claude_code["count"] == "data.coder_workspace.me.start_count"
+    assert claude_code["subdomain"].startswith("var.")
+    assert claude_code["claude_api_key"] == "var.anthropic_api_key"
+    assert claude_code["system_prompt"] == "local.system_prompt"
+
+
+def test_web_app_slug_is_the_clients_default() -> None:
+    # claude-code 4.x names its web app `ccw`; the client's default slug must agree, and the template
+    # must not declare an app of that slug itself (duplicate slug).
+    assert Settings.model_fields["agentapi_app_slug"].default == APP["agentapi"]
+    assert not [a for a in of_type(load(KINDS["agentapi"]), "resource", "coder_app").values()
+                if a.get("slug") == APP["agentapi"]]
+
+
+def test_ai_prompt_is_the_spec(claude_code: dict) -> None:
+    assert claude_code["ai_prompt"] == parameter_ref(parameters_of(load(KINDS["agentapi"]))[SPEC])
+
+
+# --- the emulator's demo seed mirrors the template of its runtime ----------------------
+
+async def _seeded_fleet_templates(kind: str) -> dict[str, tuple[list[dict], list[dict], list[str]]]:
+    """{template: (rich parameters, presets, the first agent's app slugs)} of the seed's fleet templates."""
+    emulator = Emulator(token=TOKEN, agent_runtime=kind)
     out = {}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=emulator.app), base_url="http://coder",
-                                 headers=headers) as http:
-        templates = (await http.get("/api/v2/templates")).raise_for_status().json()
-        for t in templates:
-            version = t["active_version_id"]
-            params = (await http.get(f"/api/v2/templateversions/{version}/rich-parameters")).raise_for_status().json()
-            if not set(FLEET_PARAMETERS) <= {p["name"] for p in params}:
-                continue
-            presets = (await http.get(f"/api/v2/templateversions/{version}/presets")).raise_for_status().json()
-            out[t["name"]] = (params, presets)
-    return emulator, out
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=emulator.app), base_url="http://coder",
+                                     headers={"Coder-Session-Token": TOKEN}) as http:
+            for t in (await http.get("/api/v2/templates")).raise_for_status().json():
+                version = f"/api/v2/templateversions/{t['active_version_id']}"
+                params = (await http.get(f"{version}/rich-parameters")).raise_for_status().json()
+                if not set(FLEET_PARAMETERS) <= {p["name"] for p in params}:
+                    continue
+                presets = (await http.get(f"{version}/presets")).raise_for_status().json() or []
+                resources = (await http.get(f"{version}/resources")).raise_for_status().json()
+                apps = [a["slug"] for r in resources for agent in r["agents"] for a in agent["apps"]]
+                out[t["name"]] = (params, presets, apps)
+    finally:
+        emulator.close()
+    return out
 
 
 def _pick(d: dict, *keys: str) -> Any:
@@ -343,21 +249,16 @@ def _pick(d: dict, *keys: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def seeded() -> tuple[Emulator, dict]:
-    return asyncio.run(_seeded_fleet_templates())
-
-
-def test_seed_has_the_fleet_demo_template(seeded: tuple) -> None:
-    _, templates = seeded
-    assert "fleet-demo" in templates
+def seeded(kind: str) -> dict:
+    return asyncio.run(_seeded_fleet_templates(kind))
 
 
 @pytest.mark.parametrize("template", ["fleet-demo", "fleet-research"])
-def test_seed_declares_the_template_parameters(seeded: tuple, parameters: dict, template: str) -> None:
-    _, templates = seeded
-    seed_params = {p["name"]: p for p in templates[template][0]}
-    for name in FLEET_PARAMETERS:
-        hcl, seed = parameters[name], seed_params[name]
+def test_seed_declares_the_template_parameters(seeded: dict, parameters: dict, template: str) -> None:
+    seed_params = {p["name"]: p for p in seeded[template][0]}
+    assert set(seed_params) == set(parameters), "the seed declares what the template declares, no more"
+    for name, hcl in parameters.items():
+        seed = seed_params[name]
         default = hcl["default"]
         if isinstance(default, bool):  # `default = false` unquoted: Coder stores "false"
             default = str(default).lower()
@@ -365,6 +266,7 @@ def test_seed_declares_the_template_parameters(seeded: tuple, parameters: dict, 
         assert seed["type"] == hcl.get("type", "string"), name
         assert seed["mutable"] is flag(hcl["mutable"]), name
         assert seed["form_type"] == hcl.get("form_type", "input"), name
+        assert seed["display_name"] == hcl.get("display_name", ""), name
         assert [{"name": o["name"], "value": o["value"], "description": o["description"]}
                 for o in seed["options"]] == options(hcl), name
         rule = validation(hcl)
@@ -372,22 +274,19 @@ def test_seed_declares_the_template_parameters(seeded: tuple, parameters: dict, 
         assert seed.get("validation_error", "") == rule.get("error", ""), name
 
 
-def test_seed_presets_match_the_template(seeded: tuple, presets: dict) -> None:
-    _, templates = seeded
-    seed_presets = templates["fleet-demo"][1] or []
+def test_seed_presets_match_the_template(seeded: dict, presets: dict) -> None:
+    seed_presets = seeded["fleet-demo"][1]
     got = {_pick(p, "Name", "name"): {_pick(x, "Name", "name"): _pick(x, "Value", "value")
                                       for x in _pick(p, "Parameters", "parameters") or []}
            for p in seed_presets}
-    assert got == {name: norm(p["parameters"]) for name, p in presets.items()}
+    assert got == {name: p["parameters"] for name, p in presets.items()}
     defaults = [_pick(p, "Name", "name") for p in seed_presets if _pick(p, "Default", "default")]
     assert defaults == [n for n, p in presets.items() if flag(p.get("default"))]
 
 
-def test_seed_template_has_the_agentapi_app(seeded: tuple) -> None:
-    emulator, _ = seeded
-    backend = emulator.backend
-    fleet_demo = next(t for t in backend.templates.values() if t.name == "fleet-demo")
-    assert Settings.model_fields["agentapi_app_slug"].default in backend.versions[fleet_demo.active_version_id].apps
+@pytest.mark.parametrize("template", ["fleet-demo", "fleet-research"])
+def test_seed_agents_offer_the_templates_app(seeded: dict, kind: str, template: str) -> None:
+    assert seeded[template][2] == [APP[kind]]
 
 
 def test_seed_roles_match_the_role_map(role_prompts: dict, parameters: dict) -> None:

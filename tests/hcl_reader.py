@@ -1,0 +1,140 @@
+"""Reading the Coder templates in `templates/` (Terraform) with python-hcl2, for the tests that check them.
+
+Across versions python-hcl2 may keep the quotes of string literals and block
+labels, wrap expressions in `${…}`, keep heredocs raw (`<<-EOT … EOT`), and add
+bookkeeping keys (`__is_block__`, `__comments__`). `load` removes all of that.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import hcl2
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+
+_HEREDOC = re.compile(r"\A<<(-?)([A-Za-z_][A-Za-z0-9_]*)\n(.*?)\n?[ \t]*\2[ \t]*\Z", re.DOTALL)
+
+
+def _unquote(s: str) -> str:
+    if len(s) >= 2 and s[0] == s[-1] == '"':
+        return re.sub(r'\\(["\\nt])', lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), s[1:-1])
+    return s
+
+
+def _unwrap(s: str) -> str:
+    """`${expr}` → `expr` when the whole string is one interpolation."""
+    if not (s.startswith("${") and s.endswith("}")):
+        return s
+    depth = 0
+    for i, ch in enumerate(s[1:], start=1):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if depth == 0 and i != len(s) - 1:
+            return s  # `${a}-${b}`: a template, not one expression
+    return s[2:-1].strip()
+
+
+def norm_str(s: str) -> str:
+    s = _unquote(s)
+    heredoc = _HEREDOC.match(s)
+    if heredoc:
+        body = heredoc[3]
+        return textwrap.dedent(body) + "\n" if heredoc[1] else body + "\n"
+    return _unwrap(s)
+
+
+def norm(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {norm_str(k): norm(v) for k, v in value.items() if not str(k).startswith("__")}
+    if isinstance(value, list):
+        return [norm(v) for v in value]
+    if isinstance(value, str):
+        return norm_str(value)
+    return value
+
+
+def load(path: Path) -> dict:
+    """The template at `path`, normalised."""
+    with path.open() as f:
+        return norm(hcl2.load(f))
+
+
+def as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def labelled(doc: dict, kind: str) -> dict[tuple[str, str], dict]:
+    """Two-label blocks (`data`, `resource`): {(type, name): body}."""
+    found: dict[tuple[str, str], dict] = {}
+    for entry in as_list(doc.get(kind)):
+        for type_, named_ in entry.items():
+            for item in as_list(named_):
+                for name, body in item.items():
+                    for one in as_list(body):
+                        assert (type_, name) not in found, f"{kind} {type_}.{name} declared twice"
+                        found[(type_, name)] = one
+    return found
+
+
+def of_type(doc: dict, kind: str, type_: str) -> dict[str, dict]:
+    """The `kind` blocks (`data`, `resource`) of one type, by their Terraform name."""
+    return {name: body for (t, name), body in labelled(doc, kind).items() if t == type_}
+
+
+def named(doc: dict, kind: str) -> dict[str, dict]:
+    """One-label blocks (`module`, `variable`): {name: body}."""
+    found: dict[str, dict] = {}
+    for entry in as_list(doc.get(kind)):
+        for name, body in entry.items():
+            for one in as_list(body):
+                assert name not in found, f"{kind} {name} declared twice"
+                found[name] = one
+    return found
+
+
+def merged(doc: dict, kind: str) -> dict:
+    """Unlabelled blocks that may repeat (`locals`, `terraform`): their bodies merged."""
+    out: dict = {}
+    for body in as_list(doc.get(kind)):
+        out.update(body)
+    return out
+
+
+def flag(value: Any) -> Any:
+    """HCL bools as Python bools, whether python-hcl2 gave `true` or "true"."""
+    return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+
+
+def parameters(doc: dict) -> dict[str, dict]:
+    """coder_parameter blocks by their `name` (not their Terraform label, kept as `_label`)."""
+    out: dict[str, dict] = {}
+    for label, body in of_type(doc, "data", "coder_parameter").items():
+        assert body["name"] not in out, f"parameter {body['name']} declared twice"
+        out[body["name"]] = {**body, "_label": label}
+    return out
+
+
+def presets(doc: dict) -> dict[str, dict]:
+    """coder_workspace_preset blocks by their `name`."""
+    return {body["name"]: body for body in of_type(doc, "data", "coder_workspace_preset").values()}
+
+
+def options(param: dict) -> list[dict]:
+    return [{"name": o.get("name", ""), "value": o["value"], "description": o.get("description", "")}
+            for o in as_list(param.get("option"))]
+
+
+def validation(param: dict) -> dict:
+    blocks = as_list(param.get("validation"))
+    return blocks[0] if blocks else {}
+
+
+def parameter_ref(param: dict) -> str:
+    """How the template refers to a parameter's value: `data.coder_parameter.<label>.value`."""
+    return f"data.coder_parameter.{param['_label']}.value"
