@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
     doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects",
                             epilog=DOCTOR_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    doctor.add_argument("--agent-runtime", dest="doctor_runtime", default="agentapi", choices=["agentapi", "runner"],
+                        help="with --emulator: the seed whose fleet templates use AgentAPI (default) or the runner")
     doctor.add_argument("--emulator", dest="doctor_emulator", action="store_true",
                         help="check the embedded emulator (demo seed) instead of CODER_URL")
     from .runner.main import add_arguments as runner_arguments
@@ -202,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         from .doctor import main as doctor
 
-        return doctor(emulator=args.emulator or args.doctor_emulator)
+        return doctor(emulator=args.emulator or args.doctor_emulator, runtime=args.doctor_runtime)
     return _serve(args)
 
 

@@ -227,14 +227,15 @@ async def run(settings: Settings, transport: httpx.AsyncBaseTransport | None = N
     return report.exit_code
 
 
-def main(emulator: bool = False) -> int:
-    """`fleet-mcp doctor [--emulator]`: 0 a project is complete, 1 none is, 2 Coder cannot be used."""
+def main(emulator: bool = False, runtime: str = "agentapi") -> int:
+    """`fleet-mcp doctor [--emulator [--agent-runtime R]]`: 0 a project is complete, 1 none is, 2 Coder cannot be
+    used."""
     transport = None
     try:
         if emulator:
             from .emulator import Emulator
 
-            coder = Emulator()
+            coder = Emulator(agent_runtime=runtime)  # only its templates are read: no agent process starts
             transport = httpx.ASGITransport(app=coder.app)
             settings = load_settings(coder_url=EMULATOR_URL, coder_session_token=coder.token)
         else:

@@ -276,3 +276,11 @@ async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fleet-mcp: Coder refused CODER_SESSION_TOKEN"), lines
     assert SECRET not in err.decode()
+
+
+def test_doctor_emulator_process_of_the_runner_seed(tmp_path):
+    done = subprocess.run([*DOCTOR, "--emulator", "--agent-runtime", "runner"], env=clean_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "fleet-demo \"Fleet Demo\": complete; runner (app 'fleet')" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "2 of 2 fleet projects complete."
