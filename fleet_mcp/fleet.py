@@ -223,7 +223,7 @@ def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current:
         updated_at=iso(ws.updated_at or ws.created_at) or "", problem=status.problem, **facts(status),
         metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,
                           fleet_mcp_agent_spec=params.get(SPEC, ""), fleet_mcp_current_task=current,
-                          fleet_mcp_pull_request_url=pr))
+                          fleet_mcp_pull_request_url=pr, fleet_mcp_model=params.get(MODEL) or None))
 
 
 async def quietly(call: Awaitable[T]) -> T | None:

@@ -42,6 +42,7 @@ class Metadata(BaseModel):
     fleet_mcp_current_task: str | None = None
     fleet_mcp_pull_request_url: str | None = Field(default=None,
                                                    description="Newest pull-request link the agent reported")
+    fleet_mcp_model: str | None = Field(default=None, description="The model the agent was created with (runner)")
     fleet_mcp_pull_request_status: str | None = None
     fleet_mcp_pull_request_check_status: str | None = None
 

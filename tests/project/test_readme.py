@@ -25,3 +25,16 @@ def test_ci_runs_the_readmes_commands_verbatim():
     for command in (demo, lint, suite):
         assert command in readme and command in ci.splitlines()
     assert ci.rstrip().splitlines()[-1] == suite  # the suite's result is CI's result
+
+
+def test_the_statuses_section_explains_every_status():
+    from typing import get_args
+
+    from fleet_mcp.models import AgentStatus
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Statuses"):readme.index("## Troubleshooting")]
+    assert "```mermaid" in section and "stateDiagram" in section
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    for status in get_args(AgentStatus):
+        assert any(f"`{status}`" in row.split("|")[1] for row in rows), f"{status} is not explained"

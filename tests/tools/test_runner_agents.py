@@ -54,6 +54,7 @@ async def test_a_runner_agent_through_its_turns(conformance):
 
         shown = (await tools("show_agent", agent_name="sdk-one"))["agent"]
         assert (shown["status"], shown["driver"], shown["model"]) == ("idle", "runner", "haiku")
+        assert shown["metadata"]["fleet_mcp_model"] == "haiku"
         assert shown["cost_usd"] > 0 and shown["status_source"] == "driver"
         listed = (await tools("list_agents"))["agents"][0]
         assert (listed["status"], listed["last_turn"]) == ("idle", "succeeded")
