@@ -12,12 +12,8 @@ from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
 
 from . import __version__
-from .coder.client import CoderClient
-from .fleet import Fleet
-from .lifecycle import Lifecycle
-from .turns import Turns
-from .waits import Waits
 from .settings import Settings
+from .users import CoderTokens, Services, Users
 from .errors import Envelope
 from .tools import register
 
@@ -37,7 +33,8 @@ INSTRUCTIONS = (
 def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastMCP:
     """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator).
 
-    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each.
+    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each. With
+    `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`).
     """
     middleware: list[Middleware] = [Envelope()]
     audit = None
@@ -47,18 +44,25 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         # Outermost, so it records what the client gets: the envelope, after Envelope has shaped it.
         audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token])
         middleware.insert(0, audit)
+    users = Users(settings, transport) if settings.auth == "coder" else None
 
     @lifespan
     async def open_client(server: FastMCP) -> AsyncIterator[dict]:
         with audit.opened() if audit else nullcontext():
             try:
-                async with CoderClient(settings, transport=transport) as client:
-                    fleet = Fleet(client, settings)
-                    yield {"fleet": fleet, "lifecycle": Lifecycle(fleet), "turns": Turns(fleet), "waits": Waits(fleet)}
+                if users is not None:
+                    try:
+                        yield {"users": users}
+                    finally:
+                        await users.aclose()
+                else:
+                    services = Services.open(settings, transport)
+                    async with services.client:
+                        yield {"services": services}
             finally:
                 log.info("Coder client closed")
 
     mcp = FastMCP("fleet-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=open_client,
-                  middleware=middleware)
+                  middleware=middleware, auth=CoderTokens(users) if users is not None else None)
     register(mcp)
     return mcp

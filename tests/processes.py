@@ -189,6 +189,13 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, h
         stop(proc)
 
 
+def per_user_server(tmp_path: Path, coder_url: str, *args: str, **settings: str):
+    """`fleet-mcp --transport http` in per-user mode (FLEET_MCP_AUTH=coder) against `coder_url`, no server token,
+    its audit log at tmp_path/audit-<port>.jsonl unless `settings` names one (FLEET_MCP_AUDIT_LOG)."""
+    env = clean_env(CODER_URL=coder_url, FLEET_MCP_AUTH="coder", **settings)
+    return http_server(tmp_path, *args, env=env, command=fleet_command())
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (clock-tick resolution, 10 ms on Linux)."""
     with open(f"/proc/{pid}/stat") as f:

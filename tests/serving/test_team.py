@@ -1,0 +1,128 @@
+"""Per-user mode (FLEET_MCP_AUTH=coder): each caller acts with their own Coder token, over stateless HTTP.
+
+A real `fleet-mcp emulator` process and a real `fleet-mcp --transport http` process; clients of two Coder users.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from processes import INIT, MCP_HEADERS, emulator_process, per_user_server
+from support import ALICE_TOKEN, TOKEN, Tools, http_tools
+
+AGENT_TOOLS = {  # every tool naming one agent, with arguments that would otherwise be accepted
+    "show_agent": {}, "show_agent_task_history": {}, "show_agent_log": {}, "get_agent_result": {},
+    "start_agent_task": {"task_description": "steal this", "if_busy": "interrupt"},
+    "cancel_agent_task": {}, "answer_agent": {"decision": "allow"}, "stop_agent": {}, "start_agent": {},
+    "delete_agent": {},
+}
+
+
+@pytest.fixture(scope="module")
+def coder():
+    with emulator_process() as emulated:
+        assert emulated.token == TOKEN
+        yield emulated
+
+
+@pytest.fixture(scope="module")
+def server(coder, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("team")
+    with per_user_server(tmp, coder.url, FLEET_MCP_AUDIT_LOG=str(tmp / "audit.jsonl"),
+                         FLEET_MCP_WAIT_POLL_INTERVAL_S="0.2", FLEET_MCP_PROGRESS_INTERVAL_S="0.2") as running:
+        running.audit = tmp / "audit.jsonl"
+        yield running
+
+
+async def test_each_user_sees_and_touches_only_their_own_fleet(server):
+    async with http_tools(server.url, TOKEN) as demo_client, http_tools(server.url, ALICE_TOKEN) as alice_client:
+        demo, alice = Tools(demo_client), Tools(alice_client)
+        created = await demo("create_agent", name="team-demo-1", project="fleet-demo", spec="Demo's agent.")
+        assert created["agent"]["name"] == "team-demo-1", created
+
+        demo_names = {a["name"] for a in (await demo("list_agents"))["agents"]}
+        alice_names = {a["name"] for a in (await alice("list_agents"))["agents"]}
+        assert "team-demo-1" in demo_names and "alice-agent" not in demo_names
+        assert alice_names == {"alice-agent"}
+
+        for tool, arguments in AGENT_TOOLS.items():
+            answer = await alice.error(tool, agent_name="team-demo-1", **arguments)
+            assert answer["error"] == "not_found", (tool, answer)
+        glance = await alice("show_agents", agent_names=["team-demo-1"])
+        assert glance["agents"][0]["error"]["error"] == "not_found"
+        waited = await alice.error("wait_for_agents", agent_names=["team-demo-1"], timeout_s=1)
+        assert waited["error"] == "not_found"
+        # ... and the other way round: demo's token never reaches alice's agent.
+        assert (await demo.error("show_agent", agent_name="alice-agent"))["error"] == "not_found"
+        assert (await demo.error("delete_agent", agent_name="alice-agent"))["error"] == "not_found"
+
+        # Nothing alice tried changed demo's agent: still there, still busy with its own spec.
+        shown = (await demo("show_agent", agent_name="team-demo-1"))["agent"]
+        assert shown["spec"] == "Demo's agent." and shown["current_task"] != "steal this"
+        assert "alice-agent" in {a["name"] for a in (await alice("list_agents"))["agents"]}
+        assert (await demo("delete_agent", agent_name="team-demo-1"))["deleted_agent"]["name"] == "team-demo-1"
+
+    lines = [json.loads(line) for line in server.audit.read_text().splitlines()]
+    users = {(line["user"], line["tool"]) for line in lines}
+    assert ("demo", "create_agent") in users and ("alice", "delete_agent") in users
+    assert {line["user"] for line in lines} == {"demo", "alice"}
+    audit = server.audit.read_text() + server.logs()
+    assert TOKEN not in audit and ALICE_TOKEN not in audit  # no token in the audit log or the server's log
+
+
+@pytest.mark.parametrize("token", [None, "not-a-coder-token", TOKEN + "-expired"])
+def test_a_missing_or_invalid_token_is_401_on_every_path(server, token):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(timeout=10) as http:
+        answers = {
+            "POST /mcp": http.post(server.url, json=INIT, headers={**MCP_HEADERS, **headers}),
+            "GET /mcp": http.get(server.url, headers={**MCP_HEADERS, **headers}),
+            "DELETE /mcp": http.delete(server.url, headers={**MCP_HEADERS, **headers}),
+        }
+        if token:  # no token: other paths are not the MCP endpoint, nothing to refuse there
+            root = server.url.removesuffix("/mcp")
+            answers["GET /"] = http.get(root + "/", headers=headers)
+            answers["GET /.well-known/oauth-protected-resource/mcp"] = http.get(
+                root + "/.well-known/oauth-protected-resource/mcp", headers=headers)
+    for path, answer in answers.items():
+        if path == "GET /mcp" and not token:
+            assert answer.status_code == 405  # stateless HTTP serves no GET stream, whoever asks
+            continue
+        assert answer.status_code == 401, (path, answer.status_code, answer.text)
+        challenge = answer.headers["www-authenticate"]
+        assert challenge.startswith("Bearer"), (path, challenge)
+        assert ('error="invalid_token"' in challenge) == bool(token), (path, challenge)
+        assert "resource_metadata" not in challenge  # no OAuth metadata is promised
+        assert (token or "-") not in answer.text
+
+
+def test_no_oauth_discovery_is_promised(server):
+    root = server.url.removesuffix("/mcp")
+    with httpx.Client(timeout=10) as http:
+        for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-authorization-server"):
+            answer = http.get(root + path, headers={"Authorization": f"Bearer {TOKEN}"})
+            assert answer.status_code == 404, (path, answer.text)
+            assert "coder tokens create" in answer.json()["message"]
+
+
+async def test_progress_reaches_the_client_over_stateless_http(server):
+    said: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done, total, message):
+        said.append((done, total, message))
+
+    async with http_tools(server.url, ALICE_TOKEN) as client:
+        tools = Tools(client)
+        answer = await tools("wait_for_agents", progress, agent_names=["alice-agent"], until="stopped", timeout_s=1.5)
+    assert answer["timed_out"] is True and answer["agents"][0]["name"] == "alice-agent", answer
+    assert said and all(total == 1.5 for _, total, _ in said) and "waiting" in (said[0][2] or "")
+
+
+def test_stateless_http_needs_no_session(server):
+    """Any request stands alone (so any replica can answer it): no Mcp-Session-Id is handed out."""
+    with httpx.Client(timeout=10) as http:
+        answer = http.post(server.url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 200, answer.text
+    assert "mcp-session-id" not in answer.headers
