@@ -181,7 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import build_server
     from .serving import serve_http, serve_stdio
 
-    server = build_server(settings, transport=transport)
+    server = build_server(settings, transport=transport, user=who.user)
     gc.freeze()
     gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.

@@ -5,6 +5,8 @@ Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
@@ -14,7 +16,7 @@ from .coder import netcause
 from .coder.client import CoderClient
 from .settings import Settings, env_name
 
-__all__ = ["StartupError", "check_coder", "load_settings"]
+__all__ = ["Checked", "StartupError", "check_coder", "load_settings"]
 
 
 class StartupError(Exception):
@@ -53,7 +55,19 @@ def _token_missing_too(overrides: dict) -> bool:
     return False
 
 
-async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> str:
+@dataclass(frozen=True)
+class Checked:
+    """What start-up learnt: the token's user (None in per-user mode) and Coder's version."""
+
+    user: str | None
+    version: str
+
+    def __str__(self) -> str:
+        who = self.user or "each caller (their own Coder token)"
+        return f"{who} on Coder {self.version}"
+
+
+async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Checked:
     """Who the token belongs to; raises `StartupError` when Coder is unreachable or refuses the token.
 
     In per-user mode (`FLEET_MCP_AUTH=coder`) there is no token of the server's: only that Coder answers.
@@ -63,7 +77,7 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
         try:
             info = await client.buildinfo()
             if settings.auth == "coder":
-                return f"each caller (their own Coder token) on Coder {info.version}"
+                return Checked(None, info.version)
             me = await client.me()
         except ce.Unauthorized:
             raise StartupError("Coder refused CODER_SESSION_TOKEN: create a fresh one with "
@@ -77,4 +91,4 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
                 raise StartupError(f"cannot reach Coder at CODER_URL={settings.coder_url}: {exc.message}") from None
             raise StartupError(f"Coder at CODER_URL={settings.coder_url} answered {exc.status} "
                                f"({exc.message}); is it a Coder deployment?") from None
-    return f"{me.username} on Coder {info.version}"
+    return Checked(me.username, info.version)

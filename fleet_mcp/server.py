@@ -30,10 +30,12 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastMCP:
+def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
+                 user: str | None = None) -> FastMCP:
     """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator).
 
-    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each. With
+    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each (`user`:
+    the token's Coder username when start-up learnt it, else each caller's). With
     `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`).
     """
     middleware: list[Middleware] = [Envelope()]
@@ -42,7 +44,8 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         from .audit import AuditLog
 
         # Outermost, so it records what the client gets: the envelope, after Envelope has shaped it.
-        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token])
+        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token],
+                         user=user)
         middleware.insert(0, audit)
     users = Users(settings, transport) if settings.auth == "coder" else None
 

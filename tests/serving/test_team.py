@@ -126,3 +126,10 @@ def test_stateless_http_needs_no_session(server):
         answer = http.post(server.url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 200, answer.text
     assert "mcp-session-id" not in answer.headers
+
+
+def test_the_readme_quotes_the_nginx_configuration_the_tests_run():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert (root / "deploy" / "nginx.conf").read_text() in (root / "README.md").read_text()
