@@ -74,6 +74,7 @@ class Users:
         self.settings = settings
         self._transport = transport
         self._by_key: OrderedDict[str, Services] = OrderedDict()
+        self._meters: dict[str, Meter] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
@@ -91,6 +92,15 @@ class Users:
                 self._close_later(evicted.client)
         self._by_key.move_to_end(key)
         return found
+
+    def signed_in(self, services: Services, username: str) -> None:
+        """Coder named the token's user: every token of one user counts against one budget (one `Meter`)."""
+        services.username = services.username or username
+        meter = self._meters.setdefault(username, services.meter)
+        services.meter = services.client.meter = services.waits.meter = meter
+        if len(self._meters) > 2 * self.settings.max_users:  # forget the meters of users no longer served
+            served = {s.username for s in self._by_key.values()}
+            self._meters = {name: m for name, m in self._meters.items() if name in served}
 
     def forget(self, token: str) -> None:
         """Drop a token Coder refused (its client is closed)."""
@@ -137,7 +147,8 @@ class CoderTokens(TokenVerifier):
             except ce.CoderError as exc:
                 log.warning("cannot check a caller's Coder token: %s", exc.message)
                 return AccessToken(token=token, client_id="unverified", scopes=[], claims={UNVERIFIED: True})
-            services.username, services.verified_at = me.username, now
+            self.users.signed_in(services, me.username)
+            services.verified_at = now
         return AccessToken(token=token, client_id=services.username, scopes=[], subject=services.username,
                            claims={"username": services.username})
 

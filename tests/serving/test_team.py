@@ -133,3 +133,56 @@ def test_the_readme_quotes_the_nginx_configuration_the_tests_run():
 
     root = Path(__file__).resolve().parents[2]
     assert (root / "deploy" / "nginx.conf").read_text() in (root / "README.md").read_text()
+
+
+# --- the verifier and the registry, in-process over the emulator ----------------------------------------------
+
+async def _verified(emulator, **settings):
+    from fleet_mcp.settings import Settings
+    from fleet_mcp.users import CoderTokens, Users
+
+    values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
+    users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))
+    return users, CoderTokens(users)
+
+
+async def test_the_verifier_names_users_and_refuses_unknown_and_revoked_tokens(emulator):
+    users, verifier = await _verified(emulator, auth_cache_s=0)
+    try:
+        demo, alice = await verifier.verify_token(TOKEN), await verifier.verify_token(ALICE_TOKEN)
+        assert (demo.claims["username"], alice.claims["username"]) == ("demo", "alice")
+        assert await verifier.verify_token("not-a-token") is None
+        assert await verifier.verify_token("") is None
+        assert len(users) == 2  # a refused token keeps nothing
+        # Revoked in Coder (expired, deleted): refused at the next check.
+        next(u for u in emulator.backend.users.values() if u.username == "alice").tokens.discard(ALICE_TOKEN)
+        assert await verifier.verify_token(ALICE_TOKEN) is None
+        assert (await verifier.verify_token(TOKEN)).claims["username"] == "demo"
+    finally:
+        await users.aclose()
+
+
+async def test_a_checked_token_is_trusted_for_the_cache_time_then_asked_again(emulator):
+    users, verifier = await _verified(emulator, auth_cache_s=60)
+    try:
+        assert (await verifier.verify_token(ALICE_TOKEN)).claims["username"] == "alice"
+        asked = users.services(ALICE_TOKEN).meter.total
+        await verifier.verify_token(ALICE_TOKEN)
+        assert users.services(ALICE_TOKEN).meter.total == asked  # within the cache time: Coder is not asked
+    finally:
+        await users.aclose()
+
+
+async def test_the_registry_is_bounded_and_one_user_has_one_budget(emulator):
+    users, verifier = await _verified(emulator, max_users=2)
+    next(u for u in emulator.backend.users.values() if u.username == "demo").tokens.add("second-token-of-demo")
+    try:
+        first = users.services(TOKEN)
+        await verifier.verify_token(TOKEN)
+        await verifier.verify_token("second-token-of-demo")
+        assert users.services("second-token-of-demo").meter is first.meter  # two tokens, one user, one count
+        await verifier.verify_token(ALICE_TOKEN)  # a third token: the least recently used (TOKEN) goes
+        assert len(users) == 2
+        assert users.services(TOKEN) is not first
+    finally:
+        await users.aclose()
