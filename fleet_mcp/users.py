@@ -95,7 +95,7 @@ class Users:
 
     def signed_in(self, services: Services, username: str) -> None:
         """Coder named the token's user: every token of one user counts against one budget (one `Meter`)."""
-        services.username = services.username or username
+        services.username = username
         meter = self._meters.setdefault(username, services.meter)
         services.meter = services.client.meter = services.waits.meter = meter
         if len(self._meters) > 2 * self.settings.max_users:  # forget the meters of users no longer served
@@ -138,7 +138,8 @@ class CoderTokens(TokenVerifier):
             return None
         services = self.users.services(token)
         now = asyncio.get_running_loop().time()
-        if services.username is None or now - services.verified_at >= self.users.settings.auth_cache_s:
+        username = services.username
+        if username is None or now - services.verified_at >= self.users.settings.auth_cache_s:
             try:
                 me = await services.client.me()
             except (ce.Unauthorized, ce.Forbidden):
@@ -147,10 +148,11 @@ class CoderTokens(TokenVerifier):
             except ce.CoderError as exc:
                 log.warning("cannot check a caller's Coder token: %s", exc.message)
                 return AccessToken(token=token, client_id="unverified", scopes=[], claims={UNVERIFIED: True})
-            self.users.signed_in(services, me.username)
+            username = me.username
+            self.users.signed_in(services, username)
             services.verified_at = now
-        return AccessToken(token=token, client_id=services.username, scopes=[], subject=services.username,
-                           claims={"username": services.username})
+        return AccessToken(token=token, client_id=username, scopes=[], subject=username,
+                           claims={"username": username})
 
 
 def caller() -> str | None:
