@@ -6,10 +6,11 @@ A real `fleet-mcp emulator` process and a real `fleet-mcp --transport http` proc
 from __future__ import annotations
 
 import json
+import subprocess
 
 import httpx
 import pytest
-from processes import INIT, MCP_HEADERS, emulator_process, per_user_server
+from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
 from support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
 AGENT_TOOLS = {  # every tool naming one agent, with arguments that would otherwise be accepted
@@ -186,3 +187,21 @@ async def test_the_registry_is_bounded_and_one_user_has_one_budget(emulator):
         assert users.services(TOKEN) is not first
     finally:
         await users.aclose()
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    ([], {"CODER_URL": "https://coder.example.com"}, "missing setting CODER_SESSION_TOKEN"),
+    ([], {"CODER_URL": "https://coder.example.com", "FLEET_MCP_AUTH": "coder"}, "add --transport http"),
+    (["--transport", "http"], {"CODER_URL": "https://coder.example.com", "FLEET_MCP_AUTH": "coder",
+                               "FLEET_MCP_AUTH_TOKEN": "shared-secret"}, "cannot be used with FLEET_MCP_AUTH=coder"),
+    (["--transport", "http"], {"CODER_URL": "https://coder.example.com", "FLEET_MCP_AUTH": "oauth"},
+     "invalid setting FLEET_MCP_AUTH"),
+])
+def test_per_user_settings_that_cannot_work_are_one_line_at_start_up(tmp_path, args, env, expected):
+    done = subprocess.run([*SERVER, *args], env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=WAIT_S, check=False)
+    assert expected in refusal(done)
+
+
+def test_per_user_mode_starts_with_no_token_of_its_own_and_checks_only_that_coder_answers(server):
+    assert "serving the fleet of each caller (their own Coder token) on Coder" in server.logs()
