@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                         help="stdio (default) or streamable HTTP at /mcp")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="HTTP bind address; anything but loopback needs FLEET_MCP_AUTH_TOKEN or FLEET_MCP_AUTH=coder")
+                        help="HTTP bind address; off loopback: FLEET_MCP_AUTH_TOKEN or FLEET_MCP_AUTH=coder")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--emulator", action="store_true",
                         help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
