@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.slow,
 
 SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
 USERS = {"demo": (TOKEN, "alice-agent"), "alice": (ALICE_TOKEN, None)}  # token, an agent of the *other* user
-CLIENTS_PER_USER = 3
-ROUNDS = 6  # each round: 5 calls
+CLIENTS_PER_USER = 4
+ROUNDS = 8  # each round: 5 calls
 STOP_AFTER = 0.4  # of all calls: then one replica gets SIGTERM
 
 
