@@ -205,3 +205,17 @@ def test_per_user_settings_that_cannot_work_are_one_line_at_start_up(tmp_path, a
 
 def test_per_user_mode_starts_with_no_token_of_its_own_and_checks_only_that_coder_answers(server):
     assert "serving the fleet of each caller (their own Coder token) on Coder" in server.logs()
+
+
+def test_when_coder_cannot_check_a_token_the_answer_is_503_not_401(coder, tmp_path):
+    """A 401 would send the user off to make a new token; Coder being down is worth a retry instead."""
+    with per_user_server(tmp_path, coder.url, FLEET_MCP_RETRY_BUDGET_S="0") as running, \
+            httpx.Client(timeout=10) as http:
+        fault = http.post(coder.url + "/emulator/faults", headers={"Coder-Session-Token": TOKEN},
+                          json={"match": "GET /api/v2/users/me", "kind": "status", "code": 502, "count": 1})
+        assert fault.status_code == 201, fault.text
+        headers = {**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        down = http.post(running.url, json=INIT, headers=headers)
+        assert down.status_code == 503 and down.headers["retry-after"] == "5", down.text
+        assert down.json()["error"] == "unavailable"
+        assert http.post(running.url, json=INIT, headers=headers).status_code == 200  # Coder is back
