@@ -1,6 +1,7 @@
 """The audit log: one JSON line per tool call (`FLEET_MCP_AUDIT_LOG`).
 
-Each line holds `time` (ISO UTC, `Z`), `tool`, `arguments` (strings over 200
+Each line holds `time` (ISO UTC, `Z`), `user` (the caller's Coder username in
+per-user mode, else the server's user when known, else null), `tool`, `arguments` (strings over 200
 characters cut, with a marker saying how much), `duration_ms`, `outcome`
 (`ok` | `error`) and `error` (the envelope's error code, or null). Secrets
 never reach the file: any argument text holding the Coder session token or the
@@ -30,6 +31,8 @@ from typing import Any
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from pydantic import SecretStr
+
+from .users import caller
 
 __all__ = ["MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open", "cut"]
 
@@ -96,8 +99,10 @@ class AuditLog(Middleware):
     (log rotation) is noticed at the next line, which goes to a new file at `path`.
     """
 
-    def __init__(self, path: Path, secrets: Iterable[SecretStr | str | None] = ()) -> None:
+    def __init__(self, path: Path, secrets: Iterable[SecretStr | str | None] = (), user: str | None = None) -> None:
         self.path = path
+        # Whose calls these are when no caller signed in (one Coder user for the server); per-user mode: caller().
+        self.user = user
         revealed = (s.get_secret_value() if isinstance(s, SecretStr) else s for s in secrets if s is not None)
         self._secrets = tuple(s for s in revealed if s)
         # Case-insensitive: an upper-cased copy of a token is still the token.
@@ -194,6 +199,7 @@ class AuditLog(Middleware):
         finally:
             self.write({
                 "time": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "user": caller() or self.user,
                 "tool": self.scrub(context.message.name),
                 "arguments": self.scrub(context.message.arguments or {}),
                 "duration_ms": round((time.perf_counter() - t0) * 1000, 1),

@@ -18,7 +18,7 @@ __all__ = ["main"]
 SERVE_EPILOG = """\
 settings (environment or .env):
   CODER_URL                      your Coder deployment, e.g. https://coder.example.com (required)
-  CODER_SESSION_TOKEN            from `coder tokens create` (required)
+  CODER_SESSION_TOKEN            from `coder tokens create` (required unless FLEET_MCP_AUTH=coder)
   FLEET_MCP_APP_SLUG             the AgentAPI app's slug in fleet templates (ccw)
   FLEET_MCP_RUNNER_APP_SLUG      the runner app's slug in fleet templates (fleet)
   FLEET_MCP_REQUEST_TIMEOUT_S    FLEET_MCP_CONNECT_TIMEOUT_S    FLEET_MCP_RETRY_BUDGET_S
@@ -34,6 +34,12 @@ settings (environment or .env):
   FLEET_MCP_AUDIT_LOG            file for one JSON line per tool call
   FLEET_MCP_HTTP_IDLE_TIMEOUT_S  FLEET_MCP_HTTP_READ_TIMEOUT_S  FLEET_MCP_HTTP_MAX_CONNECTIONS
   FLEET_MCP_SESSION_IDLE_S       FLEET_MCP_MAX_SESSIONS         FLEET_MCP_MAX_SESSIONS_PER_CLIENT
+  FLEET_MCP_AUTH                 token (default: one Coder user, CODER_SESSION_TOKEN) or coder (each HTTP
+                                 caller sends their own Coder token as Authorization: Bearer)
+  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted (60)
+  FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
+  FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
+  FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
 
 exit codes:
   0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
@@ -58,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                         help="stdio (default) or streamable HTTP at /mcp")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="HTTP bind address; anything but loopback needs FLEET_MCP_AUTH_TOKEN")
+                        help="HTTP bind address; off loopback: FLEET_MCP_AUTH_TOKEN or FLEET_MCP_AUTH=coder")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--emulator", action="store_true",
                         help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
@@ -148,6 +154,9 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             settings = load_settings()
         setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+        if settings.auth == "coder" and args.transport != "http":
+            raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
+                               "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")
         if args.transport == "http":
             from .http import refuse_bind
 
@@ -174,7 +183,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import build_server
     from .serving import serve_http, serve_stdio
 
-    server = build_server(settings, transport=transport)
+    server = build_server(settings, transport=transport, user=who.user)
     gc.freeze()
     gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.

@@ -215,6 +215,9 @@ def _runner_parameters(check: ProjectCheck, declared: dict[str, RichParameter]) 
 async def run(settings: Settings, transport: httpx.AsyncBaseTransport | None = None, *, where: str = "",
               out: TextIO | None = None) -> int:
     """Check start-up as the server does (raises `StartupError`), then print the report; the exit code."""
+    if settings.coder_session_token is None:
+        raise StartupError("doctor reads templates as a Coder user: set CODER_SESSION_TOKEN (any user's token from "
+                           "`coder tokens create`), even where the server runs with FLEET_MCP_AUTH=coder")
     await check_coder(settings, transport)
     quick = settings.model_copy(update={"retry_budget_s": 0.0})
     async with CoderClient(quick, transport=transport) as client:

@@ -45,8 +45,8 @@ def is_loopback(host: str) -> bool:
 
 def refuse_bind(host: str, settings: Settings) -> str | None:
     """Why `fleet-mcp --transport http --host <host>` must not start, or None."""
-    if is_loopback(host) or settings.auth_token is not None:
-        return None
+    if is_loopback(host) or settings.auth_token is not None or settings.auth == "coder":
+        return None  # per-user mode: Coder checks every request's token
     return (f"refusing to serve HTTP on {host}, which is not a loopback address, without "
             "FLEET_MCP_AUTH_TOKEN: set it (clients then send Authorization: Bearer <token>) or bind 127.0.0.1")
 
@@ -111,10 +111,17 @@ def _challenge(verdict: bool | None) -> bytes:
 
 
 class Gate:
-    """Pure ASGI middleware: `Authorization: Bearer <token>` when a token is set; the drain on shutdown."""
+    """Pure ASGI middleware: `Authorization: Bearer <token>` when a token is set; the drain on shutdown.
 
-    def __init__(self, app: ASGIApp, token: SecretStr | None = None, drain: Drain | None = None) -> None:
+    `per_user` (FLEET_MCP_AUTH=coder): FastMCP's verifier has already checked the caller's Coder token;
+    /mcp answers its own 401s, the Gate answers 401 on every other path for a token Coder refused and
+    503 when Coder could not be asked.
+    """
+
+    def __init__(self, app: ASGIApp, token: SecretStr | None = None, drain: Drain | None = None,
+                 per_user: bool = False) -> None:
         self.app = app
+        self.per_user = per_user
         # Only digests are kept and compared: constant time, whatever the lengths.
         self._digest = _digest(token.get_secret_value().encode()) if token is not None else None
         self.drain = drain or Drain()
@@ -153,11 +160,15 @@ class Gate:
             await _send_json(send, 503, {"error": "unavailable", "message": "The server is shutting down.",
                                          "details": {}}, [(b"connection", b"close"), (b"retry-after", b"1")])
             return
+        if self.per_user and await self._refused(scope, send):
+            return
         if scope["path"].startswith("/.well-known/"):
             # No OAuth here: a discovery document would send clients after a flow this server does not offer.
+            whose = ("your own Coder token (`coder tokens create`)" if self.per_user
+                     else "the server's FLEET_MCP_AUTH_TOKEN")
             await _send_json(send, 404, {
                 "error": "not_found", "message": "This server offers no OAuth; send the header "
-                "Authorization: Bearer <token> (the server's FLEET_MCP_AUTH_TOKEN).", "details": {}})
+                f"Authorization: Bearer <token>, the token being {whose}.", "details": {}})
             return
         if self._digest is not None:
             verdict = self.authorized(scope)
@@ -186,6 +197,37 @@ class Gate:
         if state["started"] and not state["complete"] and self.drain.draining:
             # A stream ended by the drain: close it properly (the client did not go away).
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _refused(self, scope: Scope, send: Send) -> bool:
+        """Per-user mode: answer a refused token (off /mcp) or a token Coder could not check; True if answered."""
+        from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+
+        from .users import UNVERIFIED
+
+        user = scope.get("user")
+        if isinstance(user, AuthenticatedUser):
+            if (user.access_token.claims or {}).get(UNVERIFIED):
+                await _send_json(send, 503, {
+                    "error": "unavailable", "message": "Coder cannot be reached to check your token; retry shortly.",
+                    "details": {"retry_after_s": 5}}, [(b"retry-after", b"5")])
+                return True
+            return False
+        if (scope["path"] == MCP_PATH and scope["method"] != "GET") or self.authorized_header(scope) is None:
+            return False  # FastMCP's own 401 on /mcp (which, stateless, serves no GET); elsewhere no token was sent
+        await _send_json(send, 401, {
+            "error": "unauthorized", "message": "Coder refused the token sent: create one with `coder tokens "
+            "create --name fleet-mcp --lifetime 720h` and send it as Authorization: Bearer <token>.",
+            "details": {"header": "Authorization", "scheme": "Bearer"}},
+            [(b"www-authenticate", b'Bearer realm="fleet-mcp", error="invalid_token", '
+                                   b'error_description="send your own Coder session token; no OAuth is offered"')])
+        return True
+
+    @staticmethod
+    def authorized_header(scope: Scope) -> bytes | None:
+        """The bearer credentials sent, if any."""
+        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        scheme, _, credentials = (header or b"").strip().partition(b" ")
+        return credentials.strip() or None if scheme.lower() == b"bearer" else None
 
     def _until_drained(self, receive: Receive) -> Receive:
         """A GET stream (server-to-client messages only) reads as disconnected once draining starts."""
@@ -218,7 +260,10 @@ def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> A
         allowed_hosts=allowed_hosts(host, settings),
         allowed_origins=allowed_origins(settings),
         session_idle_timeout=settings.session_idle_s,
-        middleware=[Middleware(Gate, token=settings.auth_token, drain=drain),
+        # Stateless: every request stands alone, so any replica behind a load balancer can answer it.
+        stateless_http=settings.stateless,
+        middleware=[Middleware(Gate, token=None if settings.auth == "coder" else settings.auth_token, drain=drain,
+                               per_user=settings.auth == "coder"),
                     Middleware(SessionCap, max_sessions=settings.max_sessions,
                                max_per_client=settings.max_sessions_per_client, idle_s=settings.session_idle_s)],
     )

@@ -5,15 +5,18 @@ Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from .coder import errors as ce
 from .coder import netcause
 from .coder.client import CoderClient
 from .settings import Settings, env_name
 
-__all__ = ["StartupError", "check_coder", "load_settings"]
+__all__ = ["Checked", "StartupError", "check_coder", "load_settings"]
 
 
 class StartupError(Exception):
@@ -24,22 +27,57 @@ def load_settings(**overrides) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        missing = [str(e["loc"][0]).upper() for e in exc.errors() if e["type"] == "missing"]
+        missing = [str(e["loc"][0]).upper() if e["loc"] else "CODER_SESSION_TOKEN"
+                   for e in exc.errors() if e["type"] == "missing" or _no_token(e)]
+        if missing == ["CODER_URL"] and _token_missing_too(overrides):
+            missing.append("CODER_SESSION_TOKEN")
         if missing:
             raise StartupError(f"missing setting {', '.join(missing)}: set it in the environment or in .env "
                                "(CODER_URL is your deployment's URL; CODER_SESSION_TOKEN comes from "
                                "`coder tokens create`)") from None
         first = exc.errors()[0]
         reason = first["msg"].removeprefix("Value error, ")
+        if not first["loc"]:  # a rule across settings; its message names them
+            raise StartupError(f"invalid settings: {reason}") from None
         raise StartupError(f"invalid setting {env_name(str(first['loc'][0]))}: {reason}") from None
 
 
-async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> str:
-    """Who the token belongs to; raises `StartupError` when Coder is unreachable or refuses the token."""
+def _no_token(error: ErrorDetails) -> bool:
+    return not error["loc"] and "CODER_SESSION_TOKEN is missing" in error["msg"]
+
+
+def _token_missing_too(overrides: dict) -> bool:
+    """Whether the token is missing as well (pydantic checks it only once the fields are valid)."""
+    try:
+        Settings(**{**overrides, "coder_url": "http://localhost"})
+    except ValidationError as exc:
+        return any(_no_token(e) for e in exc.errors())
+    return False
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What start-up learnt: the token's user (None in per-user mode) and Coder's version."""
+
+    user: str | None
+    version: str
+
+    def __str__(self) -> str:
+        who = self.user or "each caller (their own Coder token)"
+        return f"{who} on Coder {self.version}"
+
+
+async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Checked:
+    """Who the token belongs to; raises `StartupError` when Coder is unreachable or refuses the token.
+
+    In per-user mode (`FLEET_MCP_AUTH=coder`) there is no token of the server's: only that Coder answers.
+    """
     quick = settings.model_copy(update={"retry_budget_s": 0.0})
     async with CoderClient(quick, transport=transport) as client:
         try:
             info = await client.buildinfo()
+            if settings.auth == "coder":
+                return Checked(None, info.version)
             me = await client.me()
         except ce.Unauthorized:
             raise StartupError("Coder refused CODER_SESSION_TOKEN: create a fresh one with "
@@ -53,4 +91,4 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
                 raise StartupError(f"cannot reach Coder at CODER_URL={settings.coder_url}: {exc.message}") from None
             raise StartupError(f"Coder at CODER_URL={settings.coder_url} answered {exc.status} "
                                f"({exc.message}); is it a Coder deployment?") from None
-    return f"{me.username} on Coder {info.version}"
+    return Checked(me.username, info.version)

@@ -12,12 +12,8 @@ from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
 
 from . import __version__
-from .coder.client import CoderClient
-from .fleet import Fleet
-from .lifecycle import Lifecycle
-from .turns import Turns
-from .waits import Waits
 from .settings import Settings
+from .users import CoderTokens, Services, Users
 from .errors import Envelope
 from .tools import register
 
@@ -36,10 +32,13 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastMCP:
+def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
+                 user: str | None = None) -> FastMCP:
     """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator).
 
-    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each.
+    With `settings.audit_log` set, every tool call is also written to that file, one JSON line each (`user`:
+    the token's Coder username when start-up learnt it, else each caller's). With
+    `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`).
     """
     middleware: list[Middleware] = [Envelope()]
     audit = None
@@ -47,24 +46,31 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         from .audit import AuditLog
 
         # Outermost, so it records what the client gets: the envelope, after Envelope has shaped it.
-        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token])
+        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token],
+                         user=user)
         middleware.insert(0, audit)
+    users = Users(settings, transport) if settings.auth == "coder" else None
 
     @lifespan
     async def open_client(server: FastMCP) -> AsyncIterator[dict]:
         with audit.opened() if audit else nullcontext():
             try:
-                async with CoderClient(settings, transport=transport) as client:
-                    fleet = Fleet(client, settings)
+                if users is not None:
                     try:
-                        yield {"fleet": fleet, "lifecycle": Lifecycle(fleet), "turns": Turns(fleet),
-                               "waits": Waits(fleet)}
+                        yield {"users": users}
                     finally:
-                        await fleet.builds.finish(FINISH_S)
+                        await users.aclose(finish_s=FINISH_S)
+                else:
+                    services = Services.open(settings, transport)
+                    async with services.client:
+                        try:
+                            yield {"services": services}
+                        finally:
+                            await services.fleet.builds.finish(FINISH_S)
             finally:
                 log.info("Coder client closed")
 
     mcp = FastMCP("fleet-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=open_client,
-                  middleware=middleware)
+                  middleware=middleware, auth=CoderTokens(users) if users is not None else None)
     register(mcp)
     return mcp

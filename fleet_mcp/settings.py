@@ -7,10 +7,10 @@ shell already logged in to Coder works as is; our own knobs are `FLEET_MCP_*`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings", "env_name"]
@@ -35,8 +35,9 @@ class Settings(BaseSettings):
     )
 
     coder_url: str = Field(validation_alias=AliasChoices("CODER_URL", "coder_url"))
-    coder_session_token: SecretStr = Field(
-        validation_alias=AliasChoices("CODER_SESSION_TOKEN", "coder_session_token")
+    # Needed unless auth is "coder" (each HTTP caller then brings their own Coder token).
+    coder_session_token: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("CODER_SESSION_TOKEN", "coder_session_token")
     )
     agentapi_app_slug: str = Field(
         default="ccw",
@@ -72,6 +73,12 @@ class Settings(BaseSettings):
     session_idle_s: float = Field(default=300.0, gt=0)
     max_sessions: int = Field(default=256, ge=1)
     max_sessions_per_client: int = Field(default=64, ge=1)
+    # A service for a team (see fleet_mcp/users.py): who acts in Coder, replicas, each user's share of Coder.
+    auth: Literal["token", "coder"] = "token"
+    auth_cache_s: float = Field(default=60.0, ge=0)
+    max_users: int = Field(default=256, ge=1)
+    stateless_http: bool | None = None
+    rate_share: float = Field(default=0.5, gt=0, le=1)
 
     @field_validator("coder_url")
     @classmethod
@@ -90,10 +97,34 @@ class Settings(BaseSettings):
 
     @field_validator("coder_session_token")
     @classmethod
-    def _token_not_blank(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value().strip():
+    def _token_not_blank(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
             raise ValueError("CODER_SESSION_TOKEN is empty")
-        return SecretStr(value.get_secret_value().strip())
+        return SecretStr(value.get_secret_value().strip()) if value is not None else None
+
+    @field_validator("stateless_http", mode="before")
+    @classmethod
+    def _blank_is_auto(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _token_unless_per_user(self) -> Settings:
+        if self.auth == "token" and self.coder_session_token is None:
+            raise ValueError("CODER_SESSION_TOKEN is missing: set it (from `coder tokens create`), or serve each "
+                             "user with their own Coder token (FLEET_MCP_AUTH=coder, HTTP only)")
+        if self.auth == "coder" and self.auth_token is not None:
+            raise ValueError("FLEET_MCP_AUTH_TOKEN cannot be used with FLEET_MCP_AUTH=coder: there each client "
+                             "sends its own Coder token as the bearer token; unset one of them")
+        return self
+
+    @property
+    def stateless(self) -> bool:
+        """Whether HTTP is served statelessly: as set, else in per-user mode, where replicas are the point."""
+        return self.stateless_http if self.stateless_http is not None else self.auth == "coder"
+
+    def for_token(self, token: str) -> Settings:
+        """These settings acting as the holder of `token` (per-user mode)."""
+        return self.model_copy(update={"coder_session_token": SecretStr(token)})
 
     @field_validator("auth_token")
     @classmethod

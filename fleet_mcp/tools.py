@@ -24,6 +24,7 @@ from .models import (
     Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
 from .turns import Turns
+from .users import services_of
 from .waits import Waits
 
 __all__ = ["register"]
@@ -40,27 +41,23 @@ WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": Fals
 
 
 def _fleet(ctx: Context) -> Fleet:
-    fleet: Fleet = ctx.lifespan_context["fleet"]
-    return fleet
+    return services_of(ctx).fleet
 
 
 def _lifecycle(ctx: Context) -> Lifecycle:
-    lifecycle: Lifecycle = ctx.lifespan_context["lifecycle"]
-    return lifecycle
+    return services_of(ctx).lifecycle
 
 
 def _turns(ctx: Context) -> Turns:
-    turns: Turns = ctx.lifespan_context["turns"]
-    return turns
+    return services_of(ctx).turns
 
 
 def _waits(ctx: Context) -> Waits:
-    waits: Waits = ctx.lifespan_context["waits"]
-    return waits
+    return services_of(ctx).waits
 
 
 def register(mcp: FastMCP) -> None:
-    """Add the fleet's tools to a FastMCP server whose lifespan yields {"fleet", "lifecycle", "turns", "waits"}."""
+    """Add the fleet's tools to a FastMCP server whose lifespan yields {"services"} or {"users"} (`users`)."""
 
     def tool(deadline: Deadline = deadline_of_a_read, **options: Any) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
         def add(fn: Callable[..., Awaitable[Any]]) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Message
 from .errors import bad_request, not_found
@@ -61,8 +62,9 @@ def _met(status: Status, until: set[str]) -> bool:
 class Waits:
     """wait_for_agents and show_agents."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, meter: Meter | None = None) -> None:
         self.fleet = fleet
+        self.meter = meter if meter is not None else Meter(fleet.settings.rate_share)
         self.listing = Listing(lambda: fleet.client.workspaces(FLEET_QUERY))
 
     async def wait(self, names: list[str], until: Sequence[str], mode: str, timeout_s: float,
@@ -72,6 +74,7 @@ class Waits:
             raise bad_request(f"until must name one or more of {', '.join(CONDITIONS)}.", field="until")
         if not 0 <= timeout_s <= MAX_WAIT_S:
             raise bad_request(f"timeout_s must be between 0 and {MAX_WAIT_S:.0f}.", field="timeout_s")
+        self.meter.admit("Another wait")
         settings = self.fleet.settings
         interval = settings.wait_poll_interval_s
         loop = asyncio.get_running_loop()
@@ -96,6 +99,9 @@ class Waits:
                 await progress(waited, timeout_s, f"{len(met)} of {len(agents)} agents reached "
                                f"{'/'.join(until)}; waiting")
             await asyncio.sleep(min(interval, max(0.0, timeout_s - waited)))
+            if self.meter.free_in() > max(0.0, timeout_s - (loop.time() - started)):
+                continue  # no poll fits in this user's budget before the timeout: answer what was last seen
+            await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval)
 
     def _waited(self, name: str, ws: Workspace | None, until: set[str]) -> WaitedAgent:

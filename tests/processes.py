@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -187,6 +188,56 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, h
         yield running
     finally:
         stop(proc)
+
+
+def per_user_server(tmp_path: Path, coder_url: str, *args: str, **settings: str):
+    """`fleet-mcp --transport http` in per-user mode (FLEET_MCP_AUTH=coder) against `coder_url`, no server token,
+    its audit log at tmp_path/audit-<port>.jsonl unless `settings` names one (FLEET_MCP_AUDIT_LOG)."""
+    env = clean_env(CODER_URL=coder_url, FLEET_MCP_AUTH="coder", **settings)
+    return http_server(tmp_path, *args, env=env, command=fleet_command())
+
+
+NGINX_MAIN = """worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log {tmp}/access.log;
+    client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy; fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+    include {tmp}/site.conf;
+}}
+"""
+
+
+def nginx_binary() -> str | None:
+    """Debian's nginx, if installed (it lives in /usr/sbin, off a plain user's PATH)."""
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+
+
+@contextmanager
+def nginx_process(tmp_path: Path, site: str, upstreams: list[int]) -> Iterator[str]:
+    """nginx (in the foreground) serving `site` (an nginx.conf `server`/`upstream` snippet such as deploy/nginx.conf)
+    with its upstreams 127.0.0.1:8001, :8002 ... replaced by `upstreams` and its listen port by a free one;
+    yields its base URL once it answers, stopped after."""
+    binary = nginx_binary()
+    if binary is None:
+        raise RuntimeError("nginx is not installed")
+    port = free_port()
+    for n, upstream in enumerate(upstreams, start=1):
+        site = site.replace(f"127.0.0.1:{8000 + n}", f"127.0.0.1:{upstream}")
+    site = site.replace("listen 127.0.0.1:8080;", f"listen 127.0.0.1:{port};")
+    (tmp_path / "site.conf").write_text(site)
+    (tmp_path / "nginx.conf").write_text(NGINX_MAIN.format(tmp=tmp_path))
+    errors = tmp_path / "nginx-stderr.log"
+    with open(errors, "w") as err:
+        proc = subprocess.Popen([binary, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"],
+                                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        wait_serving(f"http://127.0.0.1:{port}/", proc, errors)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc, signal.SIGQUIT)  # nginx's graceful stop
 
 
 def cpu_seconds(pid: int) -> float:

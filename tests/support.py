@@ -87,3 +87,11 @@ class CheckedTransport(httpx.AsyncBaseTransport):
         response.request = request
         await self.conformance.hook(response)
         return response
+
+
+def http_tools(url: str, token: str):
+    """A fastmcp client of an HTTP server sending `Authorization: Bearer <token>` (use `async with`)."""
+    from fastmcp import Client
+    from fastmcp.client.transports import StreamableHttpTransport
+
+    return Client(StreamableHttpTransport(url, headers={"Authorization": f"Bearer {token}"}))

@@ -34,6 +34,7 @@ from fleet_mcp.coder.schemas import (
 from fleet_mcp.settings import Settings
 
 if TYPE_CHECKING:
+    from fleet_mcp.budget import Meter
     from tenacity import AsyncRetrying, RetryCallState
 
 __all__ = ["DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
@@ -75,19 +76,24 @@ class CoderClient:
     """Async client of one Coder deployment, authenticated by a session token.
 
     Use as `async with CoderClient(settings) as coder: ...`. `transport` replaces
-    the network (tests pass an ASGI transport or a loopback emulator).
+    the network (tests pass an ASGI transport or a loopback emulator); `meter`
+    counts every request sent (`budget.Meter`, per user).
     """
 
-    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
+                 meter: Meter | None = None) -> None:
         self._settings = settings
-        self._secret = settings.coder_session_token.get_secret_value()
+        self.meter = meter
+        # No token: only what Coder answers anyone (buildinfo), as per-user mode's start-up check does.
+        token = settings.coder_session_token
+        self._secret = token.get_secret_value() if token is not None else None
         # Never keep cookies: a stored coder_session_token cookie that differs from the
         # header makes Coder answer 400 "CSRF error"; app-proxy cookies are useless to us.
         no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
         self._http = httpx.AsyncClient(
             base_url=settings.coder_url,
             headers={
-                "Coder-Session-Token": self._secret,
+                **({"Coder-Session-Token": self._secret} if self._secret else {}),
                 "Accept": "application/json",
                 "User-Agent": "coder-fleet-mcp",
             },
@@ -262,6 +268,8 @@ class CoderClient:
     @asynccontextmanager
     async def app_stream(self, path: str) -> AsyncIterator[httpx.Response]:
         """A streamed GET of a workspace app (server-sent events); failures raise as for other calls."""
+        if self.meter is not None:
+            self.meter.note()
         async with self._http.stream("GET", path, headers={"Accept": "text/event-stream"}) as response:
             if not response.is_success:
                 await response.aread()
@@ -322,6 +330,8 @@ class CoderClient:
 
     async def _send_once(self, method: str, path: str, params: Any, body: Any) -> Any:
         where = f"{method} {path}"
+        if self.meter is not None:
+            self.meter.note()
         try:
             response = await self._http.request(method, path, params=params, json=body)
         except httpx.HTTPError as exc:

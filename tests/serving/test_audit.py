@@ -21,7 +21,7 @@ from fleet_mcp.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut
 from fleet_mcp.server import build_server
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
-FIELDS = ["time", "tool", "arguments", "duration_ms", "outcome", "error"]
+FIELDS = ["time", "user", "tool", "arguments", "duration_ms", "outcome", "error"]
 
 
 @pytest.fixture
@@ -140,6 +140,7 @@ async def test_fleet_mcp_writes_the_audit_log(tmp_path):
             assert not (await session.call_tool("list_agent_projects", {})).is_error
     [record] = records(path)
     assert record["tool"] == "list_agent_projects" and record["outcome"] == "ok"
+    assert record["user"] == "demo"  # the token's user, as start-up learnt it
 
 
 def test_fleet_mcp_refuses_an_unwritable_audit_log(tmp_path):

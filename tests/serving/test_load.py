@@ -165,7 +165,8 @@ def coder():
 def fleet(coder, tmp_path_factory):
     """`fleet-mcp --transport http` on a free loopback port, pointed at the emulator."""
     with http_server(tmp_path_factory.mktemp("load"), command=SERVER,
-                     env=clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token)) as server:
+                     env=clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token,
+                                   FLEET_MCP_MAX_AGENTS="0")) as server:  # 100 agents: beyond the default cap
         yield server
 
 

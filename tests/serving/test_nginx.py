@@ -1,0 +1,125 @@
+"""Two per-user replicas behind nginx (deploy/nginx.conf, round-robin, no affinity), two Coder users at once.
+
+Each user sees only their own fleet, calls spread over both replicas, and when one replica is stopped
+(SIGTERM) mid-load the clients carry on through the other: no error, no lost or doubled create.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from processes import emulator_process, nginx_binary, nginx_process, per_user_server, stop
+from support import ALICE_TOKEN, TOKEN, Tools, http_tools
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")]
+
+SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
+USERS = {"demo": (TOKEN, "alice-agent"), "alice": (ALICE_TOKEN, None)}  # token, an agent of the *other* user
+CLIENTS_PER_USER = 4
+ROUNDS = 8  # each round: 5 calls
+STOP_AFTER = 0.4  # of all calls: then one replica gets SIGTERM
+
+
+class Load:
+    def __init__(self, total: int) -> None:
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.calls = Counter[str]()
+        self.created: dict[str, list[str]] = {user: [] for user in USERS}
+        self.total = total
+        self.halfway = asyncio.Event()
+
+    async def call(self, user: str, tools: Tools, tool: str, expect: str | None = None, **arguments) -> dict:
+        t0 = time.perf_counter()
+        try:
+            answer = await tools(tool, **arguments)
+        except Exception as exc:  # noqa: BLE001 - a failed call is a finding, not a crash
+            answer = {"error": "exception", "message": f"{type(exc).__name__}: {exc}"}
+        self.latencies.append(time.perf_counter() - t0)
+        self.calls[user] += 1
+        if sum(self.calls.values()) >= STOP_AFTER * self.total:
+            self.halfway.set()
+        if answer.get("error") != expect:
+            self.errors.append(f"{user} {tool} {arguments}: expected {expect or 'success'}, got {str(answer)[:300]}")
+        return answer
+
+    async def client(self, url: str, user: str, n: int, mine: set[str]) -> None:
+        token, theirs = USERS[user]
+        async with http_tools(url + "/mcp", token) as client:
+            tools = Tools(client)
+            for r in range(ROUNDS):
+                name = f"{user[:2]}{n}r{r}"
+                self.created[user].append(name)
+                await self.call(user, tools, "create_agent", name=name, project="fleet-demo", spec=f"{user}'s {r}")
+                listed = await self.call(user, tools, "list_agents")
+                strangers = {a["name"] for a in listed.get("agents", [])} - mine - set(self.created[user])
+                if strangers:
+                    self.errors.append(f"{user} sees agents not theirs: {sorted(strangers)}")
+                await self.call(user, tools, "show_agent", agent_name=name)
+                other = theirs or f"de{n}r0"  # alice tries demo's agents, demo tries alice's
+                await self.call(user, tools, "show_agent", expect="not_found", agent_name=other)
+                await self.call(user, tools, "delete_agent", expect="not_found", agent_name=other)
+
+
+def audit_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_replicas_behind_nginx_two_users_one_replica_stopped(tmp_path, capsys):
+    with ExitStack() as stack:
+        coder = stack.enter_context(emulator_process())
+        replicas = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            replicas.append(stack.enter_context(per_user_server(
+                tmp_path / name, coder.url, FLEET_MCP_AUDIT_LOG=str(tmp_path / f"audit-{name}.jsonl"),
+                FLEET_MCP_MAX_AGENTS="0")))
+        base = stack.enter_context(nginx_process(tmp_path, SITE.read_text(), [r.port for r in replicas]))
+        load = Load(total=len(USERS) * CLIENTS_PER_USER * ROUNDS * 5)
+        mine = {"demo": set(), "alice": {"alice-agent"}}
+        exit_codes: list[int] = []
+
+        async def run() -> None:
+            async def stop_one() -> None:
+                await load.halfway.wait()
+                exit_codes.append(await asyncio.to_thread(stop, replicas[0].proc))
+
+            stopper = asyncio.create_task(stop_one())
+            await asyncio.gather(*(load.client(base, user, n, mine[user])
+                                   for user in USERS for n in range(CLIENTS_PER_USER)))
+            await stopper
+            # Afterwards: each user's fleet holds every create exactly once, and nothing of the other's.
+            for user, (token, _) in USERS.items():
+                async with http_tools(base + "/mcp", token) as client:
+                    listed = await Tools(client)("list_agents")
+                names = Counter(a["name"] for a in listed["agents"])
+                assert all(names[name] == 1 for name in load.created[user]), (user, names)
+                assert set(names) == mine[user] | set(load.created[user]), (user, sorted(names))
+
+        asyncio.run(run())
+
+    per_replica = {name: audit_lines(tmp_path / f"audit-{name}.jsonl") for name in ("a", "b")}
+    per_user = Counter(line["user"] for lines in per_replica.values() for line in lines)
+    latencies = sorted(load.latencies)
+    p50, p99 = statistics.median(latencies), latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+    with capsys.disabled():
+        print(f"\nnginx: {len(latencies)} calls, per replica {({k: len(v) for k, v in per_replica.items()})}, "
+              f"per user {dict(per_user)}, errors {len(load.errors)}, "
+              f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; "
+              f"replica a stopped (exit {exit_codes}) after {STOP_AFTER:.0%} of the calls")
+    assert load.errors == [], load.errors[:10]
+    assert exit_codes == [0]
+    assert len(latencies) == load.total
+    # The final list_agents calls count too (2): every call was served and audited once.
+    assert sum(len(v) for v in per_replica.values()) == load.total + len(USERS)
+    for name, lines in per_replica.items():
+        assert {line["user"] for line in lines} == set(USERS), (name, Counter(line["user"] for line in lines))
+    assert per_user == {user: load.total // len(USERS) + 1 for user in USERS}
