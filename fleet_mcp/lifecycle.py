@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from .coder import errors as ce
+from .coder.client import Transition
 from .coder.schemas import RichParameter, Template, Workspace
 from .errors import FleetError, bad_request, conflict
 from .fleet import Fleet, agent_answer
@@ -132,16 +133,15 @@ class Lifecycle:
 
     async def stop(self, name: str) -> ShownAgent:
         """Stop the agent's workspace (its conversation is kept); a stopped agent answers as it is."""
-        ws, _ = await self.fleet.find(name)
-        if ws.latest_build.transition == "delete":
-            raise bad_request(f"Agent {name!r} is being deleted.", status="deleting")
-        await self.fleet.builds.transition(ws, "stop")
-        return await self.fleet.show(name)
+        return await self._build(name, "stop")
 
     async def start(self, name: str) -> ShownAgent:
         """Start the agent's workspace again; it resumes its conversation."""
+        return await self._build(name, "start")
+
+    async def _build(self, name: str, to: Transition) -> ShownAgent:
         ws, _ = await self.fleet.find(name)
         if ws.latest_build.transition == "delete":
             raise bad_request(f"Agent {name!r} is being deleted.", status="deleting")
-        await self.fleet.builds.transition(ws, "start")
+        await self.fleet.builds.transition(ws, to)
         return await self.fleet.show(name)
