@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
-from .drivers import Message
+from .drivers import Message, Unreachable
 from .errors import bad_request, not_found
 from .fleet import Fleet, quietly
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
@@ -143,12 +143,20 @@ class Waits:
             status = list_status(ws, self.fleet.slugs)
             return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                                current_task=task, problem=status.problem)
-        (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver), quietly(driver.conversation()))
-        status = live_status(Snapshot(ws, {}, live, unreachable), self.fleet.slugs)
+        if driver.kind == "runner":  # only the runner says live what the reports cannot: a pending permission
+            (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver),
+                                                                 quietly(driver.conversation()))
+            status = live_status(Snapshot(ws, {}, live, unreachable), self.fleet.slugs)
+        else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
+            try:
+                messages = await driver.conversation()
+                status = list_status(ws, self.fleet.slugs)
+            except Unreachable as exc:
+                messages, status = None, Status("offline", str(exc), "driver")
         asked = [m.content for m in messages or [] if m.role == "user"]
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
-                           current_task=(asked[-1] if asked and live else task), problem=status.problem,
-                           latest_output=_preview(messages))
+                           current_task=(asked[-1] if asked and messages is not None else task),
+                           problem=status.problem, latest_output=_preview(messages))
 
 
 def _preview(messages: list[Message] | None) -> str | None:

@@ -140,7 +140,7 @@ async def test_show_agents_glances_at_many(tools, emulator):
     by = {a["name"]: a for a in answer["agents"]}
     assert by["g-done"]["status"] == "idle" and by["g-done"]["latest_output"]
     assert len(by["g-done"]["latest_output"]) <= 300
-    assert by["g-busy"]["status"] == "busy" and by["g-busy"]["status_source"] == "driver"
+    assert by["g-busy"]["status"] == "busy" and by["g-busy"]["status_source"] == "app status"  # AgentAPI: 1 request
     assert by["ghost"]["error"]["error"] == "not_found" and by["ghost"]["status"] is None
     assert by["hand-made"]["error"]["error"] == "not_found"
     assert (await tools.error("show_agents", agent_names=["a"] * 51))["error"] == "bad_request"
