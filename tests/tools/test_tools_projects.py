@@ -49,6 +49,7 @@ async def test_create_agent_answers_busy_with_the_spec_as_task(tools, coder):
     assert agent["metadata"] == {
         "fleet_mcp_agent_name": "papi", "fleet_mcp_role": "operator", "fleet_mcp_project": "fleet-demo",
         "fleet_mcp_agent_spec": SPEC, "fleet_mcp_current_task": SPEC, "fleet_mcp_pull_request_url": None,
+        "fleet_mcp_model": None,  # runner projects only (issue 14)
         "fleet_mcp_pull_request_status": None, "fleet_mcp_pull_request_check_status": None}
     assert "papi" in created["message"]
     ws = (await coder.get("/api/v2/users/me/workspace/papi")).json()
