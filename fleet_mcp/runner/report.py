@@ -65,10 +65,12 @@ class Reporter:
     def needs_input(self, tool: str, summary: str) -> None:
         self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"))
 
-    def finished(self, text: str, is_error: bool, uri: str | None) -> None:
+    def finished(self, text: str, is_error: bool, uri: str | None, more: bool = False) -> None:
+        """A turn ended; `more` when a queued task starts at once, so no `idle` tells Coder the agent waits."""
         message = first_line(text) or ("Failed" if is_error else "Done")
         self._put("failure" if is_error else "complete", message, uri)
-        self._put("idle", message, uri)
+        if not more:
+            self._put("idle", message, uri)
 
     def _put(self, state: str, message: str, uri: str | None = None) -> None:
         if not self.enabled:
