@@ -106,6 +106,7 @@ def build_app(conversation: Conversation) -> Starlette:
     async def message(request: Request) -> JSONResponse:
         body = await _body(request, MessageBody)
         queued = await c.send(body.content, body.if_busy)
+        await c.reporter.delivered()  # Coder shows the agent working before the sender hears "accepted"
         return JSONResponse({"accepted": True, "queued": queued, "state": c.state_json()}, status_code=202)
 
     async def interrupt(request: Request) -> JSONResponse:
@@ -116,6 +117,7 @@ def build_app(conversation: Conversation) -> Starlette:
     async def answer(request: Request) -> JSONResponse:
         body = await _body(request, AnswerBody)
         c.answer(body.decision == "allow", body.message)
+        await c.reporter.delivered()
         return JSONResponse({"state": c.state_json()})
 
     async def result(request: Request) -> JSONResponse:

@@ -16,6 +16,7 @@ log = logging.getLogger("fleet_mcp.runner")
 PR_LINK = re.compile(r"https?://\S+/(?:pull|pulls|merge_requests|pull-requests)/\d+")
 MESSAGE_MAX = 160  # Coder refuses longer messages
 NEEDS_INPUT = "Needs input: "
+FLUSH_S = 2.0
 QUEUE_MAX = 100
 
 
@@ -58,6 +59,13 @@ class Reporter:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+    async def delivered(self, within_s: float = FLUSH_S) -> None:
+        """Wait (bounded) until what is queued has reached Coder, so an answer given after it is not
+        contradicted by an older status (a wait reading `idle` just after a task was accepted)."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), within_s)
 
     def working(self, prompt: str) -> None:
         self._put("working", first_line(prompt) or "Working")
