@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from .builds import Builds
 from .coder import errors as ce
 from .coder.client import CoderClient
-from .coder.schemas import Workspace, WorkspaceAppStatus
-from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_for
+from .coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
+from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_app, driver_for
 from .errors import FleetError, bad_request, not_found
 from .models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata,
@@ -166,18 +166,19 @@ class Fleet:
 
     async def statuses(self, ws: Workspace) -> list[WorkspaceAppStatus]:
         """The driver app's statuses, newest first, from the newest start build that has them."""
-        for agent in ws.latest_build.agents:
-            for app in agent.apps:
-                if app.slug in self.slugs.all():
-                    return list(app.statuses)
-        for build in await self.client.builds(ws.id):
+        found = self._statuses_of(ws.latest_build)
+        if found is not None:
+            return found
+        for build in await self.client.builds(ws.id):  # stopped or building: the history stays on a start build
             if build.transition == "start" and build.status != "pending":
-                full = await self.client.build(build.id)
-                for agent in full.agents:
-                    for app in agent.apps:
-                        if app.slug in self.slugs.all():
-                            return list(app.statuses)
+                found = self._statuses_of(await self.client.build(build.id))
+                if found is not None:
+                    return found
         return []
+
+    def _statuses_of(self, build: WorkspaceBuild) -> list[WorkspaceAppStatus] | None:
+        app = next((a for agent in build.agents if (a := driver_app(agent, self.slugs))), None)
+        return list(app.statuses) if app is not None else None
 
     async def history(self, name: str, page: int, page_size: int) -> TaskHistory:
         ws, _ = await self.find(name)

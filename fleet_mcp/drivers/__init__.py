@@ -20,7 +20,7 @@ from .runner import RunnerDriver
 
 __all__ = [
     "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending", "NotSupported",
-    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_for",
+    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_app", "driver_for",
 ]
 
 
@@ -35,14 +35,16 @@ class Slugs:
         return self.runner, self.agentapi
 
 
+def driver_app(agent: WorkspaceAgent, slugs: Slugs) -> WorkspaceApp | None:
+    """The agent's runner or AgentAPI app (the runner's first), if it has one."""
+    by_slug = {a.slug: a for a in agent.apps}
+    return next((by_slug[s] for s in slugs.all() if s in by_slug), None)
+
+
 def agent_and_app(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceAgent | None, WorkspaceApp | None]:
     """The workspace's first agent and the driver app it offers, either may be None."""
     agents = ws.latest_build.agents
-    agent = agents[0] if agents else None
-    if agent is None:
-        return None, None
-    by_slug = {a.slug: a for a in agent.apps}
-    return agent, next((by_slug[s] for s in slugs.all() if s in by_slug), None)
+    return (agents[0], driver_app(agents[0], slugs)) if agents else (None, None)
 
 
 def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs) -> Driver | None:

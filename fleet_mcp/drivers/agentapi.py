@@ -17,10 +17,11 @@ import pydantic
 
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
-from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
+from ..coder.schemas import LenientModel, Text, Timestamp
 from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable
+from .wire import ConversationPage
 
-__all__ = ["AgentAPIDriver", "AgentError", "AgentMessage", "AgentStatus", "MessagesPage", "is_busy_refusal"]
+__all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal"]
 
 T = TypeVar("T")
 ESC = "\x1b"
@@ -34,17 +35,6 @@ class AgentStatus(LenientModel):
     status: str
     agent_type: Text = ""
     transport: str | None = None
-
-
-class AgentMessage(LenientModel):
-    id: int
-    role: Text = ""
-    content: Text = ""
-    time: Timestamp = None
-
-
-class MessagesPage(LenientModel):
-    messages: ListOf[AgentMessage] = []
 
 
 class AgentError(LenientModel):
@@ -93,9 +83,9 @@ class AgentAPIDriver:
                     can_interrupt=status.transport != "acp")
 
     async def conversation(self) -> list[Message]:
-        page: MessagesPage = await self._call(
-            lambda: self.client.app_request("GET", self._path("messages"), MessagesPage))
-        return [Message(id=m.id, role=m.role, content=m.content, time=m.time) for m in page.messages]
+        page: ConversationPage = await self._call(
+            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage))
+        return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
         if if_busy == "queue":

@@ -13,6 +13,7 @@ from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, TurnResult, Unreachable
+from .wire import ConversationPage
 
 __all__ = ["RunnerDriver"]
 
@@ -39,17 +40,6 @@ class _State(LenientModel):
     queued: int = 0
     turns: int = 0
     cost_usd: float = 0.0
-
-
-class _Message(LenientModel):
-    id: int
-    role: Text = ""
-    content: Text = ""
-    time: Timestamp = None
-
-
-class _Messages(LenientModel):
-    messages: ListOf[_Message] = []
 
 
 class _Sent(LenientModel):
@@ -96,8 +86,8 @@ class RunnerDriver:
                     cost_usd=s.cost_usd, model=s.model)
 
     async def conversation(self) -> list[Message]:
-        page: _Messages = await self._call("GET", "messages", _Messages)
-        return [Message(id=m.id, role=m.role, content=m.content, time=m.time) for m in page.messages]
+        page: ConversationPage = await self._call("GET", "messages", ConversationPage)
+        return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
         try:

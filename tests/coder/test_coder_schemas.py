@@ -34,7 +34,9 @@ from fleet_mcp.coder.schemas import (
     WorkspacesPage,
     parse_timestamp,
 )
-from fleet_mcp.drivers.agentapi import AgentMessage, AgentStatus, MessagesPage, is_busy_refusal
+from fleet_mcp.drivers.agentapi import AgentStatus, is_busy_refusal
+from fleet_mcp.drivers.wire import ConversationPage as MessagesPage
+from fleet_mcp.drivers.wire import WireMessage as AgentMessage
 from fleet_mcp.settings import Settings
 
 WORKSPACE_STATUSES = {

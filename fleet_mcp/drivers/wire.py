@@ -1,0 +1,22 @@
+"""The conversation as both agent programs send it: `{"messages": [{id, role, content, time}]}`, oldest first."""
+
+from __future__ import annotations
+
+from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
+from .base import Message
+
+__all__ = ["ConversationPage", "WireMessage"]
+
+
+class WireMessage(LenientModel):
+    id: int
+    role: Text = ""
+    content: Text = ""
+    time: Timestamp = None
+
+
+class ConversationPage(LenientModel):
+    messages: ListOf[WireMessage] = []
+
+    def conversation(self) -> list[Message]:
+        return [Message(id=m.id, role=m.role, content=m.content, time=m.time) for m in self.messages]
