@@ -42,13 +42,24 @@ class Coder:
             return []
         return self._call(self.emulator, "POST", "/emulator/fleet", {"count": agents, "prefix": prefix})["names"]
 
-    def record(self) -> None:
-        """From now on requests go to the emulator and their answers are kept."""
-        self._call(self.standin, "POST", "/_standin/record")
+    def record(self, later: bool = False) -> None:
+        """From now on requests go to the emulator and their answers are kept (`later`: as what Coder
+        answers once something has changed; see `replay`)."""
+        self._call(self.standin, "POST", "/_standin/record" + ("?book=later" if later else ""))
 
-    def replay(self, latency_ms: float) -> None:
-        """From now on recorded answers, each after `latency_ms`; counts start from zero."""
-        self._call(self.standin, "POST", f"/_standin/replay?latency_ms={latency_ms:g}")
+    def replay(self, latency_ms: float, change_after_s: float | None = None) -> None:
+        """From now on recorded answers, each after `latency_ms`; counts start from zero. With
+        `change_after_s`, the answers recorded `later` from that many seconds on."""
+        change = "" if change_after_s is None else f"&change_after_ms={change_after_s * 1e3:g}"
+        self._call(self.standin, "POST", f"/_standin/replay?latency_ms={latency_ms:g}{change}")
+
+    def stop(self, name: str) -> None:
+        """Stop one agent's workspace in the emulator, build finished."""
+        headers = {"Coder-Session-Token": self.token}
+        ws = self.emulator.get(f"/api/v2/users/me/workspace/{name}", headers=headers).raise_for_status().json()
+        self.emulator.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "stop"},
+                           headers=headers).raise_for_status()
+        self._call(self.emulator, "POST", "/emulator/clock", {"seconds": 120})
 
     def clear(self) -> None:
         self._call(self.standin, "DELETE", "/_standin/stats")

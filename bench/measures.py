@@ -40,6 +40,7 @@ BARE_SERVER = textwrap.dedent('''\
     ''')
 POLL_GAP_S = 0.25  # requests further apart than this belong to different polls of wait_for_agents
 WAIT_TIMEOUT_S = 11  # long enough to see a first progress notification sent within 10 s
+CHANGE_AFTER_S = (2.2, 2.9, 3.6)  # when the awaited agent stops: early, mid and late in a 2 s poll interval
 ERAS = {"initialize": "", "discover": "_2026"}  # protocol era -> suffix of its figures
 ISSUE_13_TOOLS = ("wait_for_agents", "show_agents")
 
@@ -248,7 +249,7 @@ class Bench:
 
     async def issue_13(self, runs: int) -> dict:
         out: dict = {"wait_requests_per_poll": None, "wait_polls": None, "wait_first_progress_s": None,
-                     "show_agents_20_latencies": None, "errors": {}}
+                     "wait_answer_delay_s": None, "show_agents_20_latencies": None, "errors": {}}
         missing = [t for t in ISSUE_13_TOOLS if t not in self.tools]
         out["tools_missing"] = missing
         if len(missing) == len(ISSUE_13_TOOLS):
@@ -302,4 +303,26 @@ class Bench:
             polls[-1] += 1
             last = arrived
         return {"wait_requests_per_poll": max(polls) if polls else 0, "wait_polls": len(polls),
-                "wait_first_progress_s": round(progress[0], 2) if progress else None}
+                "wait_first_progress_s": round(progress[0], 2) if progress else None,
+                **await self.wait_answer(session, names)}
+
+    async def wait_answer(self, session: ClientSession, names: list[str]) -> dict:
+        """How long after the condition comes true a wait answers: one of 100 agents stops, in Coder's
+        answers, at moments spread over a poll interval."""
+        self.coder.stop(names[0])
+        self.coder.record(later=True)
+        answer = await call(session, "wait_for_agents", agent_names=names, until="stopped", mode="any", timeout_s=5)
+        if answer.get("timed_out") or answer.get("met") != [names[0]]:
+            raise RuntimeError(f"the stopped agent was not seen: {str(answer)[:300]}")
+        delays = []
+        for change_after_s in CHANGE_AFTER_S:
+            self.coder.replay(self.latency_ms, change_after_s)
+            t0 = time.perf_counter()
+            answer = await call(session, "wait_for_agents", agent_names=names, until="stopped", mode="any",
+                                timeout_s=30)
+            delay = time.perf_counter() - t0 - change_after_s
+            self.misses(self.coder.stats())
+            if answer.get("met") != [names[0]]:
+                raise RuntimeError(f"wait_for_agents answered without the stopped agent: {str(answer)[:300]}")
+            delays.append(delay)
+        return {"wait_answer_delay_s": round(max(delays), 2), "wait_answer_delays_s": [round(d, 2) for d in delays]}

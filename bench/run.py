@@ -23,8 +23,9 @@ same way. The bench process imports neither fleet_mcp nor the emulator. Figures 
 - cold_start_ratio (spawn -> tools/list), rss_ratio (after three calls): fleet over bare, medians
   of alternating runs; the fleet's start-up includes its Coder checks at the injected latency.
 - list_agents per fleet size: wall, Coder requests, the fleet's own time (overhead_ms).
-- Issue 13 (n/a until the server lists the tool): wait_requests_per_poll and wait_first_progress_s
-  (wait_for_agents over 100 agents), show_agents_20_latencies.
+- Issue 13 (n/a until the server lists the tool): wait_requests_per_poll, wait_first_progress_s and
+  wait_answer_delay_s (wait_for_agents over 100 agents; the last: how long after one agent stops, in the
+  stand-in's answers, the wait answers, worst of three moments in a poll interval), show_agents_20_latencies.
 - standin_cost_ms (one answer's round trip at no latency, raw socket client) and
   standin_latency_error_ms (how much longer than the latency it held a request): the instrument's cost.
 """
@@ -60,9 +61,11 @@ TARGETS = [
     ("rss_ratio", 1.15, "x bare", "issue 11"),
     ("wait_requests_per_poll", 1, "requests", "issue 13"),
     ("wait_first_progress_s", 10, "s", "issue 13"),
+    ("wait_answer_delay_s", 2.0, "s (one poll interval)", "issue 13"),
     ("show_agents_20_latencies", 3.0, "x latency", "issue 13"),
 ]
 NEEDS = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
+         "wait_answer_delay_s": "wait_for_agents",
          "show_agents_20_latencies": "show_agents"}  # figure -> the tool it needs
 MAX_LIST_REQUESTS = 3
 LIST_LATENCIES_AT_100 = 4
@@ -170,6 +173,9 @@ def table(r: dict) -> str:
         row("wait_for_agents, 100 agents: requests per poll",
             na(r["wait_requests_per_poll"], "{} ({} polls)".format("{}", r["wait_polls"])), "wait_requests_per_poll"),
         row("wait_for_agents: first progress", na(r["wait_first_progress_s"], "{} s"), "wait_first_progress_s"),
+        row("wait_for_agents: answer after the condition (worst)",
+            na(r["wait_answer_delay_s"], "{} s (" + ", ".join(f"{d} s" for d in r.get("wait_answer_delays_s", []))
+               + "; poll interval 2 s)"), "wait_answer_delay_s"),
         row("show_agents, 20 agents, wall / latency", na(r["show_agents_20_latencies"], "{}x"),
             "show_agents_20_latencies"),
     ]

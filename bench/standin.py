@@ -8,8 +8,11 @@ method + path + query (the request line's target, as sent); in `replay` mode the
 that dict after a fixed injected latency, or is a 404 (a miss, counted) for a request never seen.
 Control routes, never recorded nor counted:
 
-    POST   /_standin/record                  pass on and record (no injected latency)
-    POST   /_standin/replay?latency_ms=20     answer from the records
+    POST   /_standin/record[?book=later]     pass on and record (no injected latency), into the main
+                                             book or into `later`: what Coder answers once something changed
+    POST   /_standin/replay?latency_ms=20[&change_after_ms=3000]
+                                             answer from the records; from `change_after_ms` on, from
+                                             `later` where it has an answer (stats: `changed_at_ms`)
     GET    /_standin/stats                   requests, misses, busy_ms, max_in_flight, holds_ms, arrivals_ms,
                                              routes
     DELETE /_standin/stats                   count again from zero
@@ -48,6 +51,9 @@ class Book:
 
     def __init__(self, upstream: str) -> None:
         self.answers: dict[tuple[str, str], bytes] = {}
+        self.later: dict[tuple[str, str], bytes] = {}
+        self.book = self.answers  # where record() keeps answers
+        self.change_at: float | None = None
         self.replaying = False
         self.latency_s = 0.0
         self.upstream = httpx.AsyncClient(base_url=upstream, timeout=UPSTREAM_TIMEOUT_S)
@@ -66,14 +72,15 @@ class Book:
     def stats(self) -> dict:
         return {"requests": self.requests, "misses": self.misses, "busy_ms": self.busy_s * 1e3,
                 "max_in_flight": self.max_in_flight, "holds_ms": [h * 1e3 for h in self.holds],
-                "arrivals_ms": [a * 1e3 for a in self.arrivals], "routes": self.routes}
+                "arrivals_ms": [a * 1e3 for a in self.arrivals], "routes": self.routes,
+                "changed_at_ms": None if self.change_at is None else (self.change_at - self.t0) * 1e3}
 
     async def record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bytes:
         url = httpx.URL(str(self.upstream.base_url).rstrip("/")).copy_with(raw_path=target.encode("latin-1"))
         sent = {k: v for k, v in headers.items() if k not in HOP_HEADERS}
         answer = await self.upstream.request(method, url, headers=sent, content=body)
         raw = response(answer.status_code, answer.content, answer.headers.get("content-type", "application/json"))
-        self.answers[(method, target)] = raw
+        self.book[(method, target)] = raw
         return raw
 
     async def replay(self, method: str, target: str) -> bytes:
@@ -87,7 +94,8 @@ class Book:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        raw = self.answers.get((method, target))
+        changed = self.change_at is not None and now >= self.change_at
+        raw = (changed and self.later.get((method, target))) or self.answers.get((method, target))
         if raw is None:
             self.misses.append(f"{method} {target}")
             raw = response(404, json.dumps({"message": "The stand-in has no recorded answer."}).encode())
@@ -102,12 +110,18 @@ class Book:
 
     def control(self, method: str, target: str) -> bytes:
         parts = urlsplit(target)
+        query = parse_qs(parts.query)
         if (method, parts.path) == ("POST", "/_standin/record"):
             self.replaying, self.latency_s = False, 0.0
+            self.book = self.later if query.get("book") == ["later"] else self.answers
+            if self.book is self.answers:
+                self.later.clear()
         elif (method, parts.path) == ("POST", "/_standin/replay"):
             self.replaying = True
-            self.latency_s = float(parse_qs(parts.query).get("latency_ms", ["0"])[0]) / 1e3
+            self.latency_s = float(query.get("latency_ms", ["0"])[0]) / 1e3
             self.clear()
+            after = query.get("change_after_ms")
+            self.change_at = self.t0 + float(after[0]) / 1e3 if after else None
         elif (method, parts.path) == ("DELETE", "/_standin/stats"):
             self.clear()
         elif (method, parts.path) != ("GET", "/_standin/stats"):

@@ -33,6 +33,7 @@ from .status import READY, Snapshot, Status, base_status, fresh_app_status, list
 __all__ = ["Fleet", "agent_answer", "facts", "last_activity", "quietly"]
 
 T = TypeVar("T")
+PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
 
 
 class Fleet:
@@ -44,6 +45,7 @@ class Fleet:
         self.slugs = Slugs(runner=settings.runner_app_slug, agentapi=settings.agentapi_app_slug)
         self.catalog = Catalog(client, settings.template_cache_s)
         self.builds = Builds(client, settings)
+        self._params: dict[str, dict[str, str]] = {}
 
     # --- projects and roles -------------------------------------------------------
 
@@ -66,7 +68,14 @@ class Fleet:
 
     async def params(self, ws: Workspace) -> dict[str, str]:
         """Its build parameters, once the fleet's marker is confirmed among them."""
-        params = {p.name: p.value for p in await self.client.build_parameters(ws.latest_build.id)}
+        build = ws.latest_build.id
+        params = self._params.get(build)
+        if params is None:
+            # A build's parameters are fixed when it is created: kept by build id, asked once per build.
+            params = {p.name: p.value for p in await self.client.build_parameters(build)}
+            if len(self._params) >= PARAMS_KEPT:
+                del self._params[next(iter(self._params))]
+            self._params[build] = params
         if params.get(MANAGED, "").lower() != "true":
             # Someone's own workspace, even of a fleet template: never shown, never touched.
             raise not_found(f"No agent named {ws.name!r}.", agent_name=ws.name)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 from .coder import errors as ce
 from .coder.client import Transition
@@ -21,6 +23,21 @@ __all__ = ["Lifecycle"]
 MAX_AUTOSTOP_MINUTES = 7 * 24 * 60  # Coder refuses a TTL over a week
 
 
+class _Stale(Exception):
+    """The cached listing of templates led a create astray; it is tried again with a fresh one."""
+
+
+@contextlib.contextmanager
+def _stale_if(cached: bool, *errors: type[Exception]) -> Iterator[None]:
+    """Within: with `cached`, these errors mean the cached listing was wrong (`_Stale`); else as they are."""
+    try:
+        yield
+    except errors:
+        if cached:
+            raise _Stale from None
+        raise
+
+
 class Lifecycle:
     """Creates, stops, starts and deletes agents."""
 
@@ -33,26 +50,47 @@ class Lifecycle:
                      max_cost_usd: float | None = None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
-        fleet = self.fleet
+        catalog = self.fleet.catalog
+        counting = asyncio.ensure_future(self._count())  # the cap's count goes along with the first lookup
         try:
-            (template, params), count = await asyncio.gather(fleet.catalog.project(project), self._count())
+            # A listing of templates younger than the cache's TTL saves a request per create. Whatever it
+            # may have wrong (a template pushed, renamed or removed since) is asked of Coder again before
+            # the call is refused: a project or role it lacks, or Coder refusing what it led to.
+            if catalog.listing_cached():
+                with contextlib.suppress(_Stale):
+                    return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
+                                              max_cost_usd, cached=True)
+            return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
+                                      max_cost_usd, cached=False)
+        finally:
+            if not counting.cancel() and not counting.cancelled():
+                counting.exception()  # retrieved: a failed count the call did not need is never logged as lost
+
+    async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
+                      autostop_minutes: int | None, model: str | None, max_turns: int | None,
+                      max_cost_usd: float | None, *, cached: bool) -> CreatedAgent:
+        """One try; with `cached`, whatever the cached listing got wrong raises `_Stale` instead of refusing."""
+        fleet, catalog = self.fleet, self.fleet.catalog
+        try:
+            with _stale_if(cached, FleetError, ce.NotFound):  # unknown project; a version listed is gone
+                template, params = await catalog.project(project, cached=cached)
         except FleetError as exc:
             raise bad_request(exc.message, **(exc.details or {})) from None
-        cap = self.settings.max_agents
-        if cap and count >= cap:
-            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
-                           "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
-                           "running but still count), then create again.", agents=count, max_agents=cap)
-        choices = await fleet.catalog.role_choices(template, params)
+        self._check_cap(await counting)
+        with _stale_if(cached, ce.NotFound):
+            choices = await catalog.role_choices(template, params)
         choice = next((c for c in choices if c.role.name == role), None)
         if choice is None:
+            if cached:
+                raise _Stale
             raise bad_request(f"Project {template.name!r} has no role {role[:40]!r}.",
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
         try:
-            ws = await fleet.builds.create(name, template.id, choice.preset_id, values,
-                                           self._ttl_ms(template, autostop_minutes))
+            with _stale_if(cached, ce.BadRequest, ce.NotFound):  # Coder refuses what the listing led to
+                ws = await fleet.builds.create(name, template.id, choice.preset_id, values,
+                                               self._ttl_ms(template, autostop_minutes))
         except ce.Conflict:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
@@ -60,6 +98,13 @@ class Lifecycle:
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")
+
+    def _check_cap(self, count: int) -> None:
+        cap = self.settings.max_agents
+        if cap and count >= cap:
+            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
+                           "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
+                           "running but still count), then create again.", agents=count, max_agents=cap)
 
     async def _count(self) -> int:
         if not self.settings.max_agents:

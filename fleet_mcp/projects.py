@@ -3,7 +3,10 @@
 One reading of the rules, used by the tools and by `doctor` alike. Template
 versions never change once pushed, so what a version declares (parameters,
 presets) is cached by version id for a short time; a push makes a new active
-version id, so it is seen at once.
+version id, so a fresh listing sees it at once. The listing itself is asked
+afresh by every read (`list_agent_projects`, `list_agent_roles`); a create may
+use one younger than the TTL (`cached=True`) and asks again when it proves
+stale (see `lifecycle.Lifecycle.create`).
 """
 
 from __future__ import annotations
@@ -58,6 +61,18 @@ class Catalog:
         self.client = client
         self.ttl_s = ttl_s
         self._cache: dict[tuple[str, str], tuple[float, Any]] = {}
+        self._listing: tuple[float, list[Template]] | None = None
+
+    def listing_cached(self) -> bool:
+        """Whether a listing of templates younger than the TTL is held."""
+        return self._listing is not None and time.monotonic() - self._listing[0] < self.ttl_s
+
+    async def _templates(self, cached: bool) -> list[Template]:
+        if cached and self._listing is not None and self.listing_cached():
+            return self._listing[1]
+        templates = await self.client.templates()
+        self._listing = (time.monotonic(), templates)
+        return templates
 
     async def _cached(self, kind: str, version_id: str, load: Callable[[], Awaitable[Any]]) -> Any:
         now = time.monotonic()
@@ -79,9 +94,10 @@ class Catalog:
         presets: list[Preset] = await self._cached("presets", version_id, lambda: self.client.presets(version_id))
         return presets
 
-    async def templates(self) -> list[tuple[Template, list[RichParameter]]]:
-        """Templates whose active version declares every fleet parameter, with those parameters."""
-        templates = await self.client.templates()
+    async def templates(self, *, cached: bool = False) -> list[tuple[Template, list[RichParameter]]]:
+        """Templates whose active version declares every fleet parameter, with those parameters (`cached`:
+        from a listing younger than the TTL, when one is held)."""
+        templates = await self._templates(cached)
         params = await asyncio.gather(*(self.parameters(t.active_version_id) for t in templates))
         return [(t, p) for t, p in zip(templates, params, strict=True)
                 if set(FLEET_PARAMETERS) <= {x.name for x in p}]
@@ -92,10 +108,10 @@ class Catalog:
                     template_id=t.id, template_name=t.name)
             for t, _ in await self.templates()])
 
-    async def project(self, name: str) -> tuple[Template, list[RichParameter]]:
+    async def project(self, name: str, *, cached: bool = False) -> tuple[Template, list[RichParameter]]:
         """The project by template name or display name, case-insensitive."""
         wanted = name.strip().lower()
-        found = [(t, p) for t, p in await self.templates()
+        found = [(t, p) for t, p in await self.templates(cached=cached)
                  if wanted in (t.name.lower(), (t.display_name or "").lower())]
         if not found:
             raise not_found(f"No project named {name[:80]!r}. list_agent_projects shows the projects.",

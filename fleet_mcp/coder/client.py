@@ -26,6 +26,7 @@ import pydantic
 
 from fleet_mcp.coder import netcause
 from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
+from fleet_mcp.coder.transport import for_url
 from fleet_mcp.coder.schemas import (
     BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
@@ -100,8 +101,7 @@ class CoderClient:
             cookies=no_cookies,
             timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
             follow_redirects=False,
-            transport=transport,
-            verify=_tls() if transport is None else True,
+            transport=transport or for_url(settings.coder_url, ssl_context=_tls()),
         )
 
     async def __aenter__(self) -> CoderClient:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -44,37 +45,65 @@ async def test_show_agent_is_two_dependent_round_trips(measured, emulator):
     tools, transport = measured
     await tools("create_agent", name="shown", project="fleet-demo", spec="Look around [[finish:1]]")
     emulator.advance(60)
+    emulator.backend.requests.clear()
     assert (await tools("show_agent", agent_name="shown"))["agent"]["status"] == "idle"
+    sent = dict(emulator.backend.requests)
+    assert sum(sent.values()) == 4, sent  # the workspace, then its parameters, live state and conversation
+    assert not any("/users/me" == route.split(" ")[1] for route in sent), sent
     emulator.backend.requests.clear()
     transport.most = 0
     agent = (await tools("show_agent", agent_name="shown"))["agent"]
     assert agent["status"] == "idle" and agent["role"] == "coder"
     sent = dict(emulator.backend.requests)
-    assert sum(sent.values()) == 4, sent  # the workspace, then its parameters, live state and conversation
-    assert not any("/users/me" == route.split(" ")[1] for route in sent), sent
-    assert transport.most == 3  # the three after the workspace go together
+    # A build's parameters never change: asked once per build, then the workspace and the live state only.
+    assert sent == {"GET /api/v2/users/{user}/workspace/{workspacename}": 1,
+                    "GET /@{owner}/{workspace}/apps/{slug}/status": 1,
+                    "GET /@{owner}/{workspace}/apps/{slug}/messages": 1}, sent
+    assert transport.most == 2  # the two after the workspace go together
+
+
+async def test_a_new_build_has_its_parameters_asked_again(measured, emulator):
+    tools, _ = measured
+    await tools("create_agent", name="rebuilt", project="fleet-demo", spec="Work [[finish:1]]")
+    emulator.advance(60)
+    await tools("show_agent", agent_name="rebuilt")
+    b = emulator.backend
+    ws = next(w for w in b.workspaces.values() if w.name == "rebuilt")
+    b.create_build(next(u for u in b.users.values() if u.username == "demo"), ws.id, {"transition": "stop"})
+    emulator.advance(60)
+    emulator.backend.requests.clear()
+    agent = (await tools("show_agent", agent_name="rebuilt"))["agent"]
+    assert agent["status"] == "stopped" and agent["role"] == "coder"
+    assert emulator.backend.requests["GET /api/v2/workspacebuilds/{workspacebuild}/parameters"] == 1
 
 
 async def test_create_agent_with_warm_caches_makes_two_requests(emulator, conformance):
     transport = Concurrency(CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
     async with Client(build_server(fleet_settings(max_agents=0), transport=transport)) as client:
         tools = Tools(client)
-        await tools("list_agent_roles", project="fleet-demo")  # warms parameters and presets
+        await tools("list_agent_roles", project="fleet-demo")  # warms the listing, parameters and presets
         emulator.backend.requests.clear()
         created = await tools("create_agent", name="quick", project="fleet-demo", spec="Go.")
     assert created["agent"]["name"] == "quick"
-    assert dict(emulator.backend.requests) == {"GET /api/v2/templates": 1, "POST /api/v2/users/{user}/workspaces": 1}
+    assert dict(emulator.backend.requests) == {"POST /api/v2/users/{user}/workspaces": 1}
 
 
-async def test_the_fleet_cap_costs_a_request_but_no_round_trip(measured, emulator):
-    tools, transport = measured
-    await tools("list_agent_roles", project="fleet-demo")
+async def test_the_fleet_cap_costs_one_request(measured, emulator):
+    tools, _ = measured
+    await tools("create_agent", name="first", project="fleet-demo", spec="Go.")  # caches the listing
     emulator.backend.requests.clear()
-    transport.most = 0
     await tools("create_agent", name="capped", project="fleet-demo", spec="Go.")
-    assert dict(emulator.backend.requests) == {"GET /api/v2/templates": 1, "GET /api/v2/workspaces": 1,
-                                               "POST /api/v2/users/{user}/workspaces": 1}
-    assert transport.most == 2  # the count goes along with the templates
+    assert dict(emulator.backend.requests) == {"GET /api/v2/workspaces": 1, "POST /api/v2/users/{user}/workspaces": 1}
+
+
+async def test_the_listing_is_asked_again_once_its_ttl_is_over(emulator, conformance):
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(template_cache_s=0), transport=transport)) as client:
+        tools = Tools(client)
+        await tools("create_agent", name="one", project="fleet-demo", spec="Go.")
+        emulator.backend.requests.clear()
+        await tools("create_agent", name="two", project="fleet-demo", spec="Go.")
+    assert emulator.backend.requests["GET /api/v2/templates"] == 1
 
 
 async def test_a_template_push_is_seen_at_once(measured, emulator):
@@ -100,3 +129,48 @@ async def test_a_template_push_is_seen_at_once(measured, emulator):
     assert roles == ["coder", "operator", "manager", "reviewer"]
     created = await tools("create_agent", name="rev", project="fleet-demo", role="reviewer", spec="Review.")
     assert created["agent"]["role"] == "reviewer"
+
+
+def push(emulator, template_name: str = "fleet-demo", *, role: str | None = None):
+    """A new active version of the template, as `coder templates push` makes (new ids for its presets);
+    `role` adds one more role option and a preset for it."""
+    b = emulator.backend
+    template = next(t for t in b.templates.values() if t.name == template_name)
+    old = b.versions[template.active_version_id]
+    params, presets = list(old.parameters), [dataclasses.replace(p, id=str(uuid.uuid4())) for p in old.presets]
+    if role:
+        param = next(p for p in params if p.name == "fleet_mcp_role")
+        params[params.index(param)] = dataclasses.replace(param, options=[
+            *param.options, {"name": role.title(), "value": role, "description": f"The {role}"}])
+        presets.append(Preset(id=str(uuid.uuid4()), name=role.title(), parameters={"fleet_mcp_role": role}))
+    pushed = dataclasses.replace(old, id=str(uuid.uuid4()), name=f"{template_name}-{len(b.versions)}",
+                                 parameters=params, presets=presets)
+    b.versions[pushed.id] = pushed
+    template.active_version_id = pushed.id
+    return pushed
+
+
+async def test_a_create_right_after_a_push_uses_the_new_version(measured, emulator):
+    tools, _ = measured
+    await tools("create_agent", name="before", project="fleet-demo", spec="Go.")  # the listing is cached now
+    pushed = push(emulator)
+    emulator.backend.requests.clear()
+    created = await tools("create_agent", name="after", project="fleet-demo", role="operator", spec="Go.")
+    assert created["agent"]["role"] == "operator"
+    b = emulator.backend
+    ws = next(w for w in b.workspaces.values() if w.name == "after")
+    assert ws.latest_build.template_version_id == pushed.id
+    # Coder refused the old version's preset; the listing was asked again and the create made once.
+    assert b.requests["GET /api/v2/templates"] == 1
+    assert b.requests["POST /api/v2/users/{user}/workspaces"] == 2
+    assert [w.name for w in b.workspaces.values()].count("after") == 1
+
+
+async def test_a_role_the_cached_listing_lacks_is_asked_of_coder(measured, emulator):
+    tools, _ = measured
+    await tools("create_agent", name="before", project="fleet-demo", spec="Go.")
+    push(emulator, role="reviewer")
+    created = await tools("create_agent", name="rev", project="fleet-demo", role="reviewer", spec="Review.")
+    assert created["agent"]["role"] == "reviewer"
+    refused = await tools.error("create_agent", name="nope", project="fleet-demo", role="pilot", spec="Fly.")
+    assert refused["error"] == "bad_request" and "reviewer" in refused["details"]["roles"]
