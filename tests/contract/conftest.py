@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,7 +249,8 @@ def connect(target: Target, strict_replay: list[str]):
     async def open_fleet(token: str | None = None) -> AsyncIterator[Fleet]:
         settings = fleet_settings(coder_url=target.url, coder_session_token=token or target.token,
                                   retry_budget_s=5.0, **target.pace.server)
-        async with Client(build_server(settings)) as client:
+        # httpx's own transport: the one VCR records and replays (the fleet's lean one is tested on its own).
+        async with Client(build_server(settings, transport=httpx.AsyncHTTPTransport())) as client:
             yield Fleet(Tools(client), target.pace, strict_replay)
 
     return open_fleet
