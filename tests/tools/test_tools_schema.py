@@ -49,3 +49,35 @@ async def test_an_unknown_tool_is_a_bad_request_listing_the_tools(tools):
     assert error["error"] == "bad_request" and "create_agnet" in error["message"]
     assert set(error["details"]["tools"]) == TOOLS
     assert "try again" not in error["message"].lower()
+
+
+def test_optional_scalars_are_written_as_a_type_list():
+    from fleet_mcp.tools import nullable_as_type
+
+    optional = {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "description": "d"}
+    assert nullable_as_type(optional) == {"type": ["string", "null"], "default": None, "description": "d"}
+    status = {"anyOf": [{"enum": ["idle", "busy"], "type": "string"}, {"type": "null"}]}
+    assert nullable_as_type(status) == {"enum": ["idle", "busy", None], "type": ["string", "null"]}
+    nested = {"properties": {"n": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}}}
+    assert nullable_as_type(nested) == {"properties": {"n": {"type": ["integer", "null"], "minimum": 1}}}
+    for kept in ({"anyOf": [{"$ref": "#/$defs/Agent"}, {"type": "null"}]},  # a model: its rules stay a branch
+                 {"anyOf": [{"type": "string"}, {"type": "integer"}]},  # not an optional
+                 {"anyOf": [{"const": "x", "type": "string"}, {"type": "null"}]}):
+        assert nullable_as_type(kept) == kept
+
+
+async def test_every_answer_still_matches_its_schema(tools, emulator):
+    """The validator a client runs (the mcp SDK's) accepts real answers, nulls included."""
+    import jsonschema
+
+    schemas = {t["name"]: t["outputSchema"] for t in await listed(tools)}
+    await tools("create_agent", name="schema", project="fleet-demo", spec="Look [[finish:1]]")
+    emulator.advance(60)
+    answers = {"show_agent": await tools("show_agent", agent_name="schema"),
+               "list_agents": await tools("list_agents"),
+               "show_agents": await tools("show_agents", agent_names=["schema", "nobody"]),
+               "wait_for_agents": await tools("wait_for_agents", agent_names=["schema"], timeout_s=0)}
+    for name, answer in answers.items():
+        jsonschema.validate(answer, schemas[name])
+    assert answers["show_agents"]["agents"][1]["error"]["error"] == "not_found"
+    assert answers["show_agent"]["agent"]["problem"] is None  # a null where the schema says ["string", "null"]
