@@ -36,11 +36,13 @@ Origin = tuple[bytes, bytes, int]
 
 
 def for_url(url: str, *, ssl_context: ssl.SSLContext) -> httpx.AsyncBaseTransport:
-    """The transport for this Coder URL: ours, or httpx's own when a proxy is configured for it."""
+    """The transport for this Coder URL: ours, or httpx's own through the proxy the environment names
+    for it (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; NO_PROXY respected)."""
     parsed = httpx.URL(url)
     proxies = urllib.request.getproxies()
-    if (proxies.get(parsed.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(parsed.host):
-        return httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=True)
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(parsed.host):
+        return httpx.AsyncHTTPTransport(proxy=proxy, verify=ssl_context)
     return Http11Transport(ssl_context=ssl_context)
 
 

@@ -467,12 +467,18 @@ def test_app_proxy_path_quotes_and_refuses_me() -> None:
 
 
 async def test_client_keeps_no_cookies_and_hides_token() -> None:
+    seen: list[dict[str, str]] = []
+
+    async def coder(scope, receive, send) -> None:  # answers every request with cookies to keep
+        seen.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"set-cookie", b"csrf_token=abc; Path=/; HttpOnly"),
+            (b"set-cookie", b"coder_session_token=other; Path=/")]})
+        await send({"type": "http.response.body", "body": b'{"version": "v2.27.1"}'})
+
     settings = Settings(_env_file=None, coder_url="https://coder.example.com", coder_session_token="tok-SECRET-123")
-    async with CoderClient(settings) as client:
-        response = httpx.Response(
-            200, headers={"set-cookie": "csrf_token=abc; Path=/; HttpOnly"},
-            request=httpx.Request("GET", "https://coder.example.com/api/v2/workspaces"),
-        )
-        client._http.cookies.extract_cookies(response)
-        assert not list(client._http.cookies.jar)
+    async with CoderClient(settings, transport=httpx.ASGITransport(app=coder)) as client:
+        await client.buildinfo()
+        await client.buildinfo()
         assert "tok-SECRET-123" not in repr(client)
+    assert "cookie" not in seen[1] and seen[1]["coder-session-token"] == "tok-SECRET-123"

@@ -13,8 +13,10 @@ import httpx
 import pytest
 
 from fleet_mcp.coder import netcause
+from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.coder.transport import Http11Transport, for_url
 from processes import free_port
+from support import fleet_settings
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 
@@ -237,6 +239,21 @@ async def test_tls_with_a_trusted_and_an_untrusted_certificate(serve, tmp_path: 
         with pytest.raises(httpx.ConnectError) as caught:
             await http.get("/secure")
     assert netcause.cause(caught.value)[0] == "tls"
+
+
+async def test_the_client_goes_through_the_proxy_the_environment_names(serve, monkeypatch):
+    async def proxy(reader, writer, server):
+        while await server.request(reader):
+            writer.write(answer(b'{"version": "v2.27.1"}'))
+            await writer.drain()
+
+    server = await serve(proxy)
+    for name in ("NO_PROXY", "no_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    async with CoderClient(fleet_settings(coder_url="http://coder.invalid", retry_budget_s=0)) as coder:
+        assert (await coder.buildinfo()).version == "v2.27.1"
+    assert server.requests == ["GET http://coder.invalid/api/v2/buildinfo"]  # absolute form: a proxy's request
 
 
 def test_a_proxy_in_the_environment_hands_over_to_httpx(monkeypatch):
