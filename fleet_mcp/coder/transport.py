@@ -104,16 +104,26 @@ class Http11Transport(httpx.AsyncBaseTransport):
         origin = _origin(request.url)
         body = await request.aread()
         await self._slots.acquire()
+        connection = None
         try:
-            reused = self._take(origin)
+            connection = self._take(origin)
+            reused = connection is not None
+            if connection is None:
+                connection = await self._connect(origin, timeouts)
             try:
-                return await self._exchange(reused or await self._connect(origin, timeouts), request, body, timeouts)
+                return await self._exchange(connection, request, body, timeouts)
             except _NothingAnswered as exc:
-                # A kept-alive connection the server had just closed: the request never reached it.
-                if reused is None or request.method not in _IDEMPOTENT:
+                if not reused or request.method not in _IDEMPOTENT:
                     raise exc.error from exc.__cause__
-                return await self._exchange(await self._connect(origin, timeouts), request, body, timeouts)
-        except BaseException:
+            # A kept-alive connection the server had just closed: the request never reached it.
+            connection = await self._connect(origin, timeouts)
+            try:
+                return await self._exchange(connection, request, body, timeouts)
+            except _NothingAnswered as exc:
+                raise exc.error from exc.__cause__
+        except BaseException:  # failed or cancelled mid-way: the connection cannot carry another request
+            if connection is not None:
+                connection.close()
             self._slots.release()
             raise
 

@@ -267,3 +267,38 @@ def test_a_proxy_in_the_environment_hands_over_to_httpx(monkeypatch):
     assert isinstance(for_url("http://coder.example.com", ssl_context=context), Http11Transport)
     monkeypatch.setenv("NO_PROXY", "coder.example.com")
     assert isinstance(for_url("https://coder.example.com", ssl_context=context), Http11Transport)
+
+
+async def test_a_server_hanging_up_unanswered_is_a_protocol_error_after_one_more_try(serve):
+    async def hangs_up_after_the_first(reader, writer, server):
+        while await server.request(reader):
+            if len(server.requests) > 1:
+                return  # read, then closed unanswered
+            writer.write(answer())
+            await writer.drain()
+
+    server = await serve(hangs_up_after_the_first)
+    async with client(server.url) as http:
+        await http.get("/warm")
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/read")  # on the kept connection, then once more on a new one
+    assert server.requests == ["GET /warm", "GET /read", "GET /read"] and server.connections == 2
+
+
+async def test_a_cancelled_request_closes_its_connection(serve):
+    asked, gone = asyncio.Event(), asyncio.Event()
+
+    async def silent(reader, writer, server):
+        await server.request(reader)
+        asked.set()
+        await reader.read()  # returns once the client closed its end
+        gone.set()
+
+    server = await serve(silent)
+    async with client(server.url) as http:
+        call = asyncio.ensure_future(http.get("/slow"))
+        await asked.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(gone.wait(), 5)
