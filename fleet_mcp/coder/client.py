@@ -24,7 +24,9 @@ import httpx
 import pydantic
 
 from fleet_mcp.coder import netcause
-from fleet_mcp.coder.errors import RateLimited, ServerError, Unavailable, error_from_response, redact
+from fleet_mcp.coder.errors import (
+    CoderError, RateLimited, ServerError, Unavailable, error_from_response, redact,
+)
 from fleet_mcp.coder.transport import for_url
 from fleet_mcp.coder.schemas import (
     BuildInfo, BuildParameter, Organization, Preset, Presets,
@@ -35,7 +37,7 @@ from fleet_mcp.settings import Settings
 
 if TYPE_CHECKING:
     from fleet_mcp.budget import Meter
-    from tenacity import AsyncRetrying, RetryCallState
+    from tenacity import RetryCallState
 
 __all__ = ["DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
 
@@ -303,9 +305,14 @@ class CoderClient:
         if method != "GET" or self._settings.retry_budget_s <= 0:  # never repeat a request that may have changed
             data = await self._send_once(method, path, params, json)  # something; no budget, no second try
         else:
-            async for attempt in self._retrying():
-                with attempt:
-                    data = await self._send_once(method, path, params, json)
+            started = asyncio.get_running_loop().time()
+            try:
+                # Most reads are answered at once: the retry machinery is set up only after a failure.
+                data = await self._send_once(method, path, params, json)
+            except CoderError as exc:
+                if not _is_transient(exc):
+                    raise
+                data = await self._retried(exc, started, method, path, params, json)
         if model is None:
             return None
         try:
@@ -315,29 +322,36 @@ class CoderClient:
             loc = ".".join(str(part) for part in first["loc"])
             raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {first['msg']}") from None
 
-    def _retrying(self) -> AsyncRetrying:
-        """Exponential backoff with jitter (429: the server's Retry-After), all within the budget."""
+    async def _retried(self, failure: CoderError, started: float, method: str, path: str, params: Any,
+                       body: Any) -> Any:
+        """The read again after its first try failed with `failure`: exponential backoff with jitter (429: the
+        server's Retry-After), all within the retry budget counted from `started`."""
         # Imported here: the start-up check of Coder has no retry budget, so start-up never needs tenacity.
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
 
+        loop = asyncio.get_running_loop()
         budget = self._settings.retry_budget_s
         if (deadline := DEADLINE.get()) is not None:
-            budget = max(0.0, min(budget, deadline - asyncio.get_running_loop().time()))
+            budget = max(0.0, min(budget, deadline - started))
+        if loop.time() - started >= budget:
+            raise failure
+
+        def delay(exc: BaseException | None, failures: int) -> float:
+            wait = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (failures - 1)) + random.uniform(0, _JITTER_S)
+            if isinstance(exc, RateLimited) and exc.retry_after is not None:
+                wait = exc.retry_after
+            return max(0.0, min(wait, budget - (loop.time() - started)))
 
         def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            delay = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (state.attempt_number - 1))
-            delay += random.uniform(0, _JITTER_S)
-            if isinstance(exc, RateLimited) and exc.retry_after is not None:
-                delay = exc.retry_after
-            return max(0.0, min(delay, budget - (state.seconds_since_start or 0.0)))
+            return delay(state.outcome.exception() if state.outcome else None, state.attempt_number + 1)
 
-        return AsyncRetrying(
-            retry=retry_if_exception(_is_transient),
-            wait=wait,
-            stop=stop_after_delay(budget),
-            reraise=True,
-        )
+        await asyncio.sleep(delay(failure, 1))
+        async for attempt in AsyncRetrying(retry=retry_if_exception(_is_transient), wait=wait,
+                                           stop=stop_after_delay(max(0.0, budget - (loop.time() - started))),
+                                           reraise=True):
+            with attempt:
+                return await self._send_once(method, path, params, body)
+        raise failure  # pragma: no cover - reraise=True: the loop returns or raises
 
     async def _send_once(self, method: str, path: str, params: Any, body: Any) -> Any:
         where = f"{method} {path}"
