@@ -5,6 +5,7 @@ Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import httpx
@@ -75,10 +76,14 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
     quick = settings.model_copy(update={"retry_budget_s": 0.0})
     async with CoderClient(quick, transport=transport) as client:
         try:
-            info = await client.buildinfo()
             if settings.auth == "coder":
-                return Checked(None, info.version)
-            me = await client.me()
+                return Checked(None, (await client.buildinfo()).version)
+            # Both at once (start-up waits one round trip, not two); Coder's own failure is told first.
+            info, me = await asyncio.gather(client.buildinfo(), client.me(), return_exceptions=True)
+            if isinstance(info, BaseException):
+                raise info
+            if isinstance(me, BaseException):
+                raise me
         except ce.Unauthorized:
             raise StartupError("Coder refused CODER_SESSION_TOKEN: create a fresh one with "
                                "`coder tokens create` and set it") from None
