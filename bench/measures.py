@@ -119,6 +119,16 @@ class Bench:
         out["standin_latency_error_ms"] = round(med(h for _, s in shows for h in s["holds_ms"]) - self.latency_ms,
                                                 3)
 
+        # The same calls with Coder answering at once: the fleet's own time when the process never waits idle
+        # (an idle wait costs a wake-up and cold caches after it, which the bare server's call never pays).
+        self.coder.replay(0)
+        idle_free = []
+        for i in range(calls + 3):
+            wall, stats, _ = await self.timed(session, "show_agent", agent_name=names[i % len(names)])
+            self.misses(stats)
+            idle_free.append(wall - stats["busy_ms"] / 1e3)
+        out["tool_overhead_at_0_ms"] = ms(med(idle_free[3:]))
+
         # Dependent round trips: at a latency far above the fleet's own time, wall / latency rounds to them.
         rt_latency = self.args.round_trip_latency_ms
         self.coder.replay(rt_latency)

@@ -14,7 +14,8 @@ official `mcp` SDK client; the reference is a bare FastMCP server with one trivi
 same way. The bench process imports neither fleet_mcp nor the emulator. Figures (targets in TARGETS):
 
 - tool_overhead_ms: median of show_agent's wall time minus the time the stand-in held its requests
-  (at least one in its hands): latency x requests when they are sequential, less when concurrent.
+  (at least one in its hands): latency x requests when they are sequential, less when concurrent;
+  tool_overhead_at_0_ms: the same with no injected latency (the server never waits idle).
 - show_agent_latencies (wall / latency), show_agent_requests, show_agent_round_trips (dependent
   round trips: wall / --round-trip-latency-ms, rounded), create_agent_requests (warm caches), and
   the requests each made (show_agent_routes, create_agent_routes).
@@ -146,6 +147,7 @@ def table(r: dict) -> str:
         row("the stand-in's own cost per request", f"{r['standin_cost_ms']:.3f} ms round trip at no latency; "
             f"holds {r['standin_latency_error_ms']:+.2f} ms beyond the latency"),
         row("tool overhead (show_agent wall - Coder's hold)", f"{r['tool_overhead_ms']:.2f} ms", "tool_overhead_ms"),
+        row("  the same with Coder answering at once", f"{r['tool_overhead_at_0_ms']:.2f} ms"),
         row("  bare server's trivial call (stdio)", f"{r['bare_tool_call_ms']:.2f} ms"),
         row("show_agent wall / latency", f"{r['show_agent_wall_ms']:.1f} ms = {r['show_agent_latencies']:.2f}x",
             "show_agent_latencies"),
