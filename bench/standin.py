@@ -12,7 +12,8 @@ Control routes, never recorded nor counted:
                                              book or into `later`: what Coder answers once something changed
     POST   /_standin/replay?latency_ms=20[&change_after_ms=3000]
                                              answer from the records; from `change_after_ms` on, from
-                                             `later` where it has an answer (stats: `changed_at_ms`)
+                                             `later` where it has an answer (stats: `changed_at_ms`, and
+                                             `first_changed_ms`: when a request first got such an answer)
     GET    /_standin/stats                   requests, misses, busy_ms, max_in_flight, holds_ms, arrivals_ms,
                                              routes
     DELETE /_standin/stats                   count again from zero
@@ -68,12 +69,14 @@ class Book:
         self.holds: list[float] = []
         self.arrivals: list[float] = []
         self.routes: list[str] = []
+        self.first_changed: float | None = None  # when a request was first answered from `later`
 
     def stats(self) -> dict:
         return {"requests": self.requests, "misses": self.misses, "busy_ms": self.busy_s * 1e3,
                 "max_in_flight": self.max_in_flight, "holds_ms": [h * 1e3 for h in self.holds],
                 "arrivals_ms": [a * 1e3 for a in self.arrivals], "routes": self.routes,
-                "changed_at_ms": None if self.change_at is None else (self.change_at - self.t0) * 1e3}
+                "changed_at_ms": None if self.change_at is None else (self.change_at - self.t0) * 1e3,
+                "first_changed_ms": None if self.first_changed is None else (self.first_changed - self.t0) * 1e3}
 
     async def record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bytes:
         url = httpx.URL(str(self.upstream.base_url).rstrip("/")).copy_with(raw_path=target.encode("latin-1"))
@@ -96,6 +99,8 @@ class Book:
             await asyncio.sleep(self.latency_s)
         changed = self.change_at is not None and now >= self.change_at
         raw = (changed and self.later.get((method, target))) or self.answers.get((method, target))
+        if changed and (method, target) in self.later and self.first_changed is None:
+            self.first_changed = now
         if raw is None:
             self.misses.append(f"{method} {target}")
             raw = response(404, json.dumps({"message": "The stand-in has no recorded answer."}).encode())

@@ -34,12 +34,12 @@ class Listing:
     def __init__(self, fetch: Callable[[], Awaitable[WorkspacesPage]]) -> None:
         self._fetch = fetch
         self._page: WorkspacesPage | None = None
-        self._at = float("-inf")
+        self.asked_at = float("-inf")  # loop time the held page was asked for: what it is as old as
         self._inflight: asyncio.Future[WorkspacesPage] | None = None
 
     async def get(self, max_age: float) -> WorkspacesPage:
         loop = asyncio.get_running_loop()
-        if self._page is not None and loop.time() - self._at < max_age:
+        if self._page is not None and loop.time() - self.asked_at < max_age:
             return self._page
         if self._inflight is None:
             self._inflight = asyncio.ensure_future(self._refresh())
@@ -48,8 +48,9 @@ class Listing:
 
     async def _refresh(self) -> WorkspacesPage:
         try:
+            asked = asyncio.get_running_loop().time()
             page = await self._fetch()
-            self._page, self._at = page, asyncio.get_running_loop().time()
+            self._page, self.asked_at = page, asked
             return page
         finally:
             self._inflight = None
@@ -98,7 +99,10 @@ class Waits:
                 last_said = loop.time()
                 await progress(waited, timeout_s, f"{len(met)} of {len(agents)} agents reached "
                                f"{'/'.join(until)}; waiting")
-            await asyncio.sleep(min(interval, max(0.0, timeout_s - waited)))
+            # Polls start one interval apart (not an interval after the last answer): a change is seen by the
+            # next listing asked at most one interval after it.
+            next_poll = self.listing.asked_at + interval - loop.time()
+            await asyncio.sleep(max(0.0, min(next_poll, timeout_s - (loop.time() - started))))
             if self.meter.free_in() > max(0.0, timeout_s - (loop.time() - started)):
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit

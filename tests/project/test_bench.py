@@ -22,7 +22,7 @@ TIMEOUT_S = 240
 ISSUE_11 = {"show_agent_latencies", "create_agent_requests", "tool_overhead_ms", "server_cpu_ratio",
             "cold_start_ratio", "rss_ratio"}
 ISSUE_13 = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
-            "wait_answer_delay_s": "wait_for_agents", "show_agents_20_latencies": "show_agents"}
+            "wait_seen_after_s": "wait_for_agents", "show_agents_20_latencies": "show_agents"}
 
 
 @pytest.fixture(scope="module")
