@@ -119,6 +119,26 @@ async def test_waits_share_one_listing_per_interval(emulator, conformance):
     assert 10 <= listings(emulator) <= 10 + 8, listings(emulator)
 
 
+async def test_polls_start_one_interval_apart_however_slow_the_listing(emulator, conformance):
+    from fastmcp import Client
+
+    from fleet_mcp.server import build_server
+    from support import CheckedTransport, Tools, fleet_settings
+    import httpx
+
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(wait_poll_interval_s=0.2), transport=transport)) as client:
+        tools = Tools(client)
+        await make(tools, emulator, ("slowpoke", "Forever [[hang]]"))
+        emulator.control.faults.add({"match": "GET /api/v2/workspaces", "kind": "latency", "seconds": 0.1})
+        emulator.backend.requests.clear()
+        answer = await tools("wait_for_agents", agent_names=["slowpoke"], timeout_s=1.0)
+    assert answer["timed_out"]
+    # Listings asked at 0, 0.2, ... 1.0 s: six, each answered 0.1 s later. Polls an interval after each
+    # answer would have asked four (0, 0.3, 0.6, 0.9): a change would wait an interval and a half.
+    assert listings(emulator) >= 5, listings(emulator)
+
+
 async def test_a_cancelled_wait_stops_polling(tools, emulator):
     await make(tools, emulator, ("idler", "Forever [[hang]]"))
     emulator.backend.requests.clear()
