@@ -16,7 +16,7 @@ from .builds import Builds
 from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
-from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_app, driver_for
+from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_app, driver_for, same_reach
 from .errors import FleetError, bad_request, not_found
 from .models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata,
@@ -30,10 +30,11 @@ from .rules import (
 from .settings import Settings
 from .status import READY, Snapshot, Status, base_status, fresh_app_status, list_status, live_status, needs_attention
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "quietly"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "quietly", "settle"]
 
 T = TypeVar("T")
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
+READY_KEPT = 1_000  # agents whose driver is remembered between reads
 
 
 class Fleet:
@@ -46,6 +47,7 @@ class Fleet:
         self.catalog = Catalog(client, settings.template_cache_s)
         self.builds = Builds(client, settings)
         self._params: dict[str, dict[str, str]] = {}
+        self._ready: dict[str, Driver] = {}  # by lower-case name: how each agent last seen ready is reached
 
     # --- projects and roles -------------------------------------------------------
 
@@ -90,6 +92,18 @@ class Fleet:
         """The driver of a workspace whose agent is up, else None."""
         return driver_for(self.client, ws, self.slugs) if base_status(ws, self.slugs).value == READY else None
 
+    def remember(self, name: str, driver: Driver | None) -> None:
+        """What a fleet agent was last seen to be reached by (None: not ready), so the next read of it can ask
+        its driver along with Coder instead of after."""
+        key = name.lower()
+        if driver is None:
+            self._ready.pop(key, None)
+        elif key in self._ready or len(self._ready) < READY_KEPT:
+            self._ready[key] = driver
+
+    def remembered(self, name: str) -> Driver | None:
+        return self._ready.get(name.lower())
+
     async def live(self, driver: Driver | None) -> tuple[Live | None, str | None]:
         """(the driver's live state, or why it could not be had)."""
         if driver is None:
@@ -100,13 +114,26 @@ class Fleet:
             return None, str(exc)
 
     async def snapshot(self, name: str, *, conversation: bool = False) -> tuple[Snapshot, list[Message] | None]:
-        """The agent in two dependent round trips: its workspace, then parameters ∥ live state ∥ conversation."""
-        ws = await self.workspace(name)
-        driver = self.driver(ws)
-        params, (live, unreachable), messages = await asyncio.gather(
-            self.params(ws), self.live(driver),
-            quietly(driver.conversation()) if driver and conversation else _none())
-        return Snapshot(ws, params, live, unreachable), messages
+        """The agent: its workspace, then parameters (asked once per build) ∥ live state ∥ conversation. For an
+        agent last seen ready, its driver is asked along with the workspace at the address it had: one round
+        trip, its answers used only if the workspace still says that address and confirms a fleet agent."""
+        known = self.remembered(name)
+        early = None if known is None else (asyncio.ensure_future(self.live(known)), asyncio.ensure_future(
+            quietly(known.conversation()) if conversation else _none()))
+        try:
+            ws = await self.workspace(name)
+            driver = self.driver(ws)
+            if early is not None and same_reach(known, driver):
+                params, (live, unreachable), messages = await asyncio.gather(self.params(ws), *early)
+            else:
+                params, (live, unreachable), messages = await asyncio.gather(
+                    self.params(ws), self.live(driver),
+                    quietly(driver.conversation()) if driver and conversation else _none())
+            self.remember(ws.name, driver)
+            return Snapshot(ws, params, live, unreachable), messages
+        finally:
+            for read in early or ():
+                settle(read)
 
     def not_ready(self, snap: Snapshot, what: str = "not ready for work") -> FleetError:
         status = live_status(snap, self.slugs)
@@ -234,6 +261,13 @@ def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current:
         metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,
                           fleet_mcp_agent_spec=params.get(SPEC, ""), fleet_mcp_current_task=current,
                           fleet_mcp_pull_request_url=pr, fleet_mcp_model=params.get(MODEL) or None))
+
+
+def settle(future: asyncio.Future[Any]) -> None:
+    """Cancel `future` if it is still running, else take its outcome: a read begun early and not needed in the
+    end is never logged as a lost exception."""
+    if not future.cancel() and not future.cancelled():
+        future.exception()
 
 
 async def quietly(call: Awaitable[T]) -> T | None:

@@ -10,7 +10,7 @@ from .coder import errors as ce
 from .coder.client import Transition
 from .coder.schemas import RichParameter, Template, Workspace
 from .errors import FleetError, bad_request, conflict
-from .fleet import Fleet, agent_answer
+from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
     FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
@@ -63,8 +63,7 @@ class Lifecycle:
             return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
                                       max_cost_usd, cached=False)
         finally:
-            if not counting.cancel() and not counting.cancelled():
-                counting.exception()  # retrieved: a failed count the call did not need is never logged as lost
+            settle(counting)
 
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,

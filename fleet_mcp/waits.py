@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
-from .drivers import Message, Unreachable
+from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found
-from .fleet import Fleet, quietly
+from .fleet import Fleet, quietly, settle
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
 from .rules import FLEET_QUERY, NAME_RE, iso
 from .status import Snapshot, Status, fresh_app_status, list_status, live_status
@@ -24,6 +24,7 @@ __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
 CONDITIONS = ("idle", "needs_input", "stopped", "failed")
 MAX_WAIT_S = 1_800.0
 MAX_GLANCES = 50
+Details = tuple[Live | None, str | None, list[Message] | None]
 PREVIEW_CHARS = 300
 Progress = Callable[[float, float, str], Awaitable[None]]
 
@@ -130,37 +131,57 @@ class Waits:
 
     async def glance(self, names: list[str]) -> AgentGlances:
         names = _names(names, most=MAX_GLANCES)
-        page = await self.listing.get(max_age=0)  # fresh: a glance is a read of now
-        by_name = {ws.name.lower(): ws for ws in page.workspaces}
-        return AgentGlances(agents=list(await asyncio.gather(*(self._glance(n, by_name.get(n.lower()))
-                                                                for n in names))))
+        # The agents last seen ready are asked along with the listing (one round trip, not two); what the
+        # listing shows changed since (stopped, rebuilt elsewhere) is asked again or left out.
+        early = {n: (d, asyncio.ensure_future(self._details(d))) for n in names
+                 if (d := self.fleet.remembered(n)) is not None}
+        try:
+            page = await self.listing.get(max_age=0)  # fresh: a glance is a read of now
+            by_name = {ws.name.lower(): ws for ws in page.workspaces}
+            return AgentGlances(agents=list(await asyncio.gather(*(
+                self._glance(n, by_name.get(n.lower()), early.get(n)) for n in names))))
+        finally:
+            for _, asked in early.values():
+                settle(asked)
 
-    async def _glance(self, name: str, ws: Workspace | None) -> AgentGlance:
+    async def _glance(self, name: str, ws: Workspace | None,
+                      early: tuple[Driver, asyncio.Future[Details]] | None) -> AgentGlance:
         if ws is None:
+            self.fleet.remember(name, None)
             error = not_found(f"No agent named {name!r}.", agent_name=name)
             return AgentGlance(name=name, error={"error": error.error, "message": error.message,
                                                  "details": error.details})
         fresh = fresh_app_status(ws)
         task = fresh.message if fresh and fresh.message else None
         driver = self.fleet.driver(ws)
+        self.fleet.remember(ws.name, driver)
         if driver is None:
             status = list_status(ws, self.fleet.slugs)
             return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                                current_task=task, problem=status.problem)
+        reused = early[1] if early is not None and same_reach(early[0], driver) else None
+        live, unreachable, messages = await (reused or self._details(driver))
         if driver.kind == "runner":  # only the runner says live what the reports cannot: a pending permission
-            (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver),
-                                                                 quietly(driver.conversation()))
             status = live_status(Snapshot(ws, {}, live, unreachable), self.fleet.slugs)
+        elif unreachable is not None:
+            status = Status("offline", unreachable, "driver")
         else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
-            try:
-                messages = await driver.conversation()
-                status = list_status(ws, self.fleet.slugs)
-            except Unreachable as exc:
-                messages, status = None, Status("offline", str(exc), "driver")
+            status = list_status(ws, self.fleet.slugs)
         asked = [m.content for m in messages or [] if m.role == "user"]
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                            current_task=(asked[-1] if asked and messages is not None else task),
                            problem=status.problem, latest_output=_preview(messages))
+
+    async def _details(self, driver: Driver) -> Details:
+        """(live state, why the agent could not be reached, conversation) as a glance needs them."""
+        if driver.kind == "runner":
+            (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver),
+                                                                 quietly(driver.conversation()))
+            return live, unreachable, messages
+        try:
+            return None, None, await driver.conversation()
+        except Unreachable as exc:
+            return None, str(exc), None
 
 
 def _preview(messages: list[Message] | None) -> str | None:

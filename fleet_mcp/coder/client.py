@@ -283,7 +283,7 @@ class CoderClient:
         """One request through the transport; the answer's body is not read yet."""
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
-        request = httpx.Request(method, self._base + path, params=params, json=json, headers=headers,
+        request = httpx.Request(method, _url(self._base + path), params=params, json=json, headers=headers,
                                 extensions={"timeout": self._timeouts})
         response = await self._transport.handle_async_request(request)
         response.request = request
@@ -394,6 +394,13 @@ def _tls() -> ssl.SSLContext:
     (the check of Coder, then the server's own).
     """
     return httpx.create_ssl_context()
+
+
+@lru_cache(maxsize=4096)
+def _url(url: str) -> httpx.URL:
+    """Parsed once: the same few paths (each agent's status and messages) are asked over and over, and
+    httpx checks every character of a URL it parses."""
+    return httpx.URL(url)
 
 
 @cache

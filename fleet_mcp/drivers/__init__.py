@@ -20,7 +20,7 @@ from .runner import RunnerDriver
 
 __all__ = [
     "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending", "NotSupported",
-    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_app", "driver_for",
+    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach",
 ]
 
 
@@ -45,6 +45,11 @@ def agent_and_app(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceAgent | None, W
     """The workspace's first agent and the driver app it offers, either may be None."""
     agents = ws.latest_build.agents
     return (agents[0], driver_app(agents[0], slugs)) if agents else (None, None)
+
+
+def same_reach(a: Driver | None, b: Driver | None) -> bool:
+    """Whether two drivers reach the same agent the same way (kind and address)."""
+    return a is not None and b is not None and (a.kind, a.address) == (b.kind, b.address)
 
 
 def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs) -> Driver | None:

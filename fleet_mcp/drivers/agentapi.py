@@ -58,10 +58,10 @@ class AgentAPIDriver:
     def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
         self.client = client
         self.slug = slug
-        self._where = (owner, workspace, agent, slug)
+        self.address = (owner, workspace, agent, slug)
 
     def _path(self, rest: str) -> str:
-        return app_proxy_path(*self._where, rest)
+        return app_proxy_path(*self.address, rest)
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:

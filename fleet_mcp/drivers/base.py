@@ -98,6 +98,7 @@ class Driver(Protocol):
 
     kind: str  # "runner" or "agentapi"
     slug: str  # the app it is reached through
+    address: tuple[str, str, str | None, str]  # owner, workspace, agent, app slug: where it reaches the agent
 
     async def live(self) -> Live:
         """The state now."""

@@ -72,10 +72,10 @@ class RunnerDriver:
     def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
         self.client = client
         self.slug = slug
-        self._where = (owner, workspace, agent, slug)
+        self.address = (owner, workspace, agent, slug)
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None) -> Any:
-        path = app_proxy_path(*self._where, rest)
+        path = app_proxy_path(*self.address, rest)
         return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body))
 
     async def live(self) -> Live:

@@ -41,25 +41,44 @@ async def measured(emulator, conformance) -> AsyncIterator[tuple[Tools, Concurre
         yield Tools(client), transport
 
 
-async def test_show_agent_is_two_dependent_round_trips(measured, emulator):
+async def test_show_agent_is_two_dependent_round_trips_then_one(measured, emulator):
     tools, transport = measured
     await tools("create_agent", name="shown", project="fleet-demo", spec="Look around [[finish:1]]")
     emulator.advance(60)
     emulator.backend.requests.clear()
+    transport.most = 0
     assert (await tools("show_agent", agent_name="shown"))["agent"]["status"] == "idle"
     sent = dict(emulator.backend.requests)
     assert sum(sent.values()) == 4, sent  # the workspace, then its parameters, live state and conversation
     assert not any("/users/me" == route.split(" ")[1] for route in sent), sent
+    assert transport.most == 3
     emulator.backend.requests.clear()
     transport.most = 0
     agent = (await tools("show_agent", agent_name="shown"))["agent"]
     assert agent["status"] == "idle" and agent["role"] == "coder"
     sent = dict(emulator.backend.requests)
-    # A build's parameters never change: asked once per build, then the workspace and the live state only.
+    # A build's parameters never change: asked once per build. An agent seen ready is asked where it was
+    # along with its workspace: three requests, all at once.
     assert sent == {"GET /api/v2/users/{user}/workspace/{workspacename}": 1,
                     "GET /@{owner}/{workspace}/apps/{slug}/status": 1,
                     "GET /@{owner}/{workspace}/apps/{slug}/messages": 1}, sent
-    assert transport.most == 2  # the two after the workspace go together
+    assert transport.most == 3
+
+
+async def test_an_agent_stopped_since_it_was_seen_is_shown_stopped(measured, emulator):
+    tools, _ = measured
+    await tools("create_agent", name="napper", project="fleet-demo", spec="Work [[finish:1]]")
+    emulator.advance(60)
+    assert (await tools("show_agent", agent_name="napper"))["agent"]["status"] == "idle"
+    b = emulator.backend
+    ws = next(w for w in b.workspaces.values() if w.name == "napper")
+    b.create_build(next(u for u in b.users.values() if u.username == "demo"), ws.id, {"transition": "stop"})
+    emulator.advance(60)
+    agent = (await tools("show_agent", agent_name="napper"))["agent"]
+    assert agent["status"] == "stopped" and agent["problem"] is None, agent
+    emulator.backend.requests.clear()
+    await tools("show_agent", agent_name="napper")
+    assert not any(route.startswith("GET /@") for route in emulator.backend.requests)  # no longer asked early
 
 
 async def test_a_new_build_has_its_parameters_asked_again(measured, emulator):
@@ -174,3 +193,28 @@ async def test_a_role_the_cached_listing_lacks_is_asked_of_coder(measured, emula
     assert created["agent"]["role"] == "reviewer"
     refused = await tools.error("create_agent", name="nope", project="fleet-demo", role="pilot", spec="Fly.")
     assert refused["error"] == "bad_request" and "reviewer" in refused["details"]["roles"]
+
+
+async def test_show_agents_asks_the_agents_last_seen_ready_along_with_the_listing(measured, emulator):
+    tools, transport = measured
+    for name in ("g1", "g2", "g3"):
+        await tools("create_agent", name=name, project="fleet-demo", spec=f"Work {name} [[finish:1]]")
+    emulator.advance(60)
+    first = await tools("show_agents", agent_names=["g1", "g2", "g3"])
+    emulator.backend.requests.clear()
+    transport.most = 0
+    again = await tools("show_agents", agent_names=["g1", "g2", "g3"])
+    assert again == first
+    assert sum(emulator.backend.requests.values()) == 4  # the listing and three conversations, all at once
+    assert transport.most == 4
+
+    b = emulator.backend
+    ws = next(w for w in b.workspaces.values() if w.name == "g2")
+    b.create_build(next(u for u in b.users.values() if u.username == "demo"), ws.id, {"transition": "stop"})
+    emulator.advance(60)
+    stopped = {a["name"]: a for a in (await tools("show_agents", agent_names=["g1", "g2", "g3"]))["agents"]}
+    assert stopped["g2"]["status"] == "stopped" and stopped["g2"]["latest_output"] is None
+    assert stopped["g1"] == first["agents"][0]
+    emulator.backend.requests.clear()
+    await tools("show_agents", agent_names=["g1", "g2", "g3"])
+    assert sum(emulator.backend.requests.values()) == 3  # a stopped agent is no longer asked early
