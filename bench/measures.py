@@ -19,6 +19,7 @@ from mcp import ClientSession
 from processes import clean_env, cpu_seconds, fleet_command, http_server, rss_kb
 
 BARE_SERVER = textwrap.dedent('''\
+    import asyncio
     import sys
 
     from fastmcp import FastMCP
@@ -27,9 +28,15 @@ BARE_SERVER = textwrap.dedent('''\
 
 
     @mcp.tool
-    async def echo(text: str) -> str:
-        """Say it back."""
-        return text
+    async def echo(text: str, wait_ms: float = 0) -> str:
+        """Say it back; with `wait_ms`, first wait that long idle (as a tool waiting on something else would)
+        and say how long the wait really took, in seconds."""
+        if not wait_ms:
+            return text
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.sleep(wait_ms / 1e3)
+        return f"{loop.time() - started:.6f}"
 
 
     if __name__ == "__main__":
@@ -183,15 +190,20 @@ class Bench:
         return {"list_agents": out}
 
     async def bare_calls(self, calls: int) -> dict:
-        """Median wall time of the bare server's trivial call over stdio: the MCP round trip alone."""
+        """Median wall time of the bare server's trivial call over stdio (the MCP round trip alone), and what
+        is left of it when the call first waits idle for the injected latency (the wake-up after it)."""
+        out = {}
         async with stdio_session(self.bare_cmd, self.bare_env, self.workdir) as (session, _):
             await session.initialize()
-            walls = []
-            for _ in range(calls + 3):
-                t0 = time.perf_counter()
-                await call(session, "echo", text="hi")
-                walls.append(time.perf_counter() - t0)
-        return {"bare_tool_call_ms": ms(med(walls[3:]))}
+            for figure, wait_ms in (("bare_tool_call_ms", 0), ("bare_waiting_call_ms", self.latency_ms)):
+                walls = []
+                for _ in range(calls + 3):
+                    t0 = time.perf_counter()
+                    answer = await call(session, "echo", text="hi", wait_ms=wait_ms)
+                    waited = float(answer["result"]) if wait_ms else 0.0
+                    walls.append(time.perf_counter() - t0 - waited)
+                out[figure] = ms(med(walls[3:]))
+        return out
 
     # --- start-up and memory ------------------------------------------------------------
 

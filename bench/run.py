@@ -149,7 +149,8 @@ def table(r: dict) -> str:
             f"holds {r['standin_latency_error_ms']:+.2f} ms beyond the latency"),
         row("tool overhead (show_agent wall - Coder's hold)", f"{r['tool_overhead_ms']:.2f} ms", "tool_overhead_ms"),
         row("  the same with Coder answering at once", f"{r['tool_overhead_at_0_ms']:.2f} ms"),
-        row("  bare server's trivial call (stdio)", f"{r['bare_tool_call_ms']:.2f} ms"),
+        row("  bare server's trivial call (stdio)", f"{r['bare_tool_call_ms']:.2f} ms; waiting idle "
+            f"{r['latency_ms']:g} ms first: {r['bare_waiting_call_ms']:.2f} ms beyond the wait"),
         row("show_agent wall / latency", f"{r['show_agent_wall_ms']:.1f} ms = {r['show_agent_latencies']:.2f}x",
             "show_agent_latencies"),
         row("show_agent Coder requests, dependent round trips",
