@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,7 +127,7 @@ class Runners:
     async def reconcile(self) -> None:
         self.backend.settle()
         for ws_id in [w for w in self.procs if w not in self.backend.workspaces]:  # forgotten by a reset
-            await asyncio.to_thread(self._stop, self.procs.pop(ws_id))
+            await self._retire(ws_id)
         if self.root:
             for disk in [d for d in self.root.iterdir() if d.name not in self.backend.workspaces]:
                 await asyncio.to_thread(shutil.rmtree, disk, True)
@@ -137,7 +138,7 @@ class Runners:
                 self.exited.add(have.agent_id)
                 self._set_health(ws, have.agent_id, "unhealthy")
             if have and (wanted is None or wanted.id != have.agent_id or have.proc.poll() is not None):
-                await asyncio.to_thread(self._stop, self.procs.pop(ws.id))
+                await self._retire(ws.id)
             if wanted and ws.id not in self.procs and wanted.id not in self.exited:
                 await self._start(ws, wanted)
             if ws.deleted and self.root and (self.root / ws.id).exists():
@@ -157,13 +158,16 @@ class Runners:
         (disk / "work").mkdir(parents=True, exist_ok=True)
         (disk / "home").mkdir(parents=True, exist_ok=True)
         log = disk / "runner.log"
-        proc = await asyncio.to_thread(_spawn, disk, log, self._env(ws, agent, disk))
+        # Spawned here, not in a thread: a cancel (the emulator stopping) between the spawn and this
+        # bookkeeping would leave a runner no one stops, in a session of its own.
+        proc = _spawn(disk, log, self._env(ws, agent, disk))
         running = RunnerProcess(agent.id, proc, log)
         self.procs[ws.id] = running
         line = await asyncio.to_thread(_first_line, proc, START_WAIT_S)
         if line.startswith("FLEET_RUNNER_URL="):
             running.url = line.split("=", 1)[1]
-        asyncio.get_running_loop().run_in_executor(None, _drain, proc)
+        # A daemon thread: were a runner ever left running, its open pipe must not hold this process at exit.
+        threading.Thread(target=_drain, args=(proc,), name=f"drain-{ws.id[:8]}", daemon=True).start()
 
     def _env(self, ws: Workspace, agent: Agent, disk: Path) -> dict[str, str]:
         params = dict(ws.latest_build.parameters)
@@ -202,6 +206,12 @@ class Runners:
                     healthy = r.status_code == 200
             self._set_health(self.backend.workspaces.get(ws_id), running.agent_id,
                              "healthy" if healthy else "unhealthy" if running.url else "initializing")
+
+    async def _retire(self, ws_id: str) -> None:
+        """Stop a workspace's runner, then forget it. Forgotten only once stopped: a cancel (the emulator
+        stopping) can drop a stop still queued for a thread, and `aclose` must then find the runner."""
+        await asyncio.to_thread(self._stop, self.procs[ws_id])
+        self.procs.pop(ws_id, None)
 
     @staticmethod
     def _stop(running: RunnerProcess) -> None:

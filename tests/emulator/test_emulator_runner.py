@@ -133,6 +133,13 @@ async def test_real_runners_follow_their_workspaces(conformance):
         assert (await coder.post("/emulator/templates", json={"name": "fleet-runner"})).status_code == 201
         last = await _runner_up(coder, "agent-3")
         root = Path(last["directory"]).parent
+        # Deleted just as the emulator stops (the demo's last steps): a stop under way is not lost.
+        last_ws = (await coder.get("/api/v2/users/me/workspace/agent-3")).json()
+        await coder.post(f"/api/v2/workspaces/{last_ws['id']}/builds", json={"transition": "delete"})
+        async def deleted() -> bool:
+            return (await coder.get(f"/api/v2/workspaces/{last_ws['id']}")).status_code == 410
+
+        await until(deleted, "the delete build")
     assert gone(last["pid"])  # the emulator stopped: every process it started is gone
     assert not root.exists()
 
