@@ -51,8 +51,8 @@ def _origin(url: httpx.URL) -> Origin:
 
 
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: Origin) -> None:
+        self.reader, self.writer, self.origin = reader, writer, origin
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0
         self.received = 0  # bytes of the current answer read so far
@@ -142,10 +142,10 @@ class Http11Transport(httpx.AsyncBaseTransport):
             connection.close()
         return None
 
-    def release(self, origin: Origin, connection: _Connection, reusable: bool) -> None:
+    def release(self, connection: _Connection, reusable: bool) -> None:
         """A connection whose answer is over (`reusable`: read to its end, and kept alive) or abandoned."""
         self._slots.release()
-        pool = self._idle.setdefault(origin, [])
+        pool = self._idle.setdefault(connection.origin, [])
         if reusable and len(pool) < _KEEP_IDLE:
             connection.h11.start_next_cycle()
             connection.idle_since = time.monotonic()
@@ -165,7 +165,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             raise httpx.ConnectTimeout("Timed out connecting") from exc
         except OSError as exc:  # refused, unknown host, TLS (ssl.SSLError is an OSError)
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
-        return _Connection(reader, writer)
+        return _Connection(reader, writer, origin)
 
     async def _exchange(self, connection: _Connection, request: httpx.Request, body: bytes,
                         timeouts: dict[str, float | None]) -> httpx.Response:
@@ -196,7 +196,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             raise _NothingAnswered(httpx.RemoteProtocolError("Server disconnected without an answer",
                                                              request=request))
         return httpx.Response(head.status_code, headers=head.headers,
-                              stream=_Body(self, _origin(request.url), connection, timeouts, request),
+                              stream=_Body(self, connection, timeouts, request),
                               extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason})
 
 
@@ -211,9 +211,9 @@ class _NothingAnswered(Exception):
 class _Body(httpx.AsyncByteStream):
     """An answer's body, read as the caller iterates; the connection goes back to the pool at its end."""
 
-    def __init__(self, transport: Http11Transport, origin: Origin, connection: _Connection,
-                 timeouts: dict[str, float | None], request: httpx.Request) -> None:
-        self._transport, self._origin, self._connection = transport, origin, connection
+    def __init__(self, transport: Http11Transport, connection: _Connection, timeouts: dict[str, float | None],
+                 request: httpx.Request) -> None:
+        self._transport, self._connection = transport, connection
         self._timeouts, self._request = timeouts, request
         self._released = False
 
@@ -234,4 +234,4 @@ class _Body(httpx.AsyncByteStream):
     def _release(self, reusable: bool) -> None:
         if not self._released:
             self._released = True
-            self._transport.release(self._origin, self._connection, reusable)
+            self._transport.release(self._connection, reusable)
