@@ -127,7 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .connections import raise_fd_limit
     from .logs import setup as setup_logs
-    from .preflight import StartupError, check_coder, load_settings
+    from .preflight import StartupError, check_coder, load_settings, unknown_settings
 
     fd_limit = raise_fd_limit()
     transport = None
@@ -153,7 +153,12 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
         else:
             settings = load_settings()
-        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+        from .http import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
+
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+                   also=sent_token if args.transport == "http" else None)
+        for warning in unknown_settings():
+            logging.getLogger("fleet_mcp").warning("%s", warning)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")

@@ -7,7 +7,10 @@
   host, localhost, 127.0.0.1, [::1] or one of `FLEET_MCP_ALLOWED_HOSTS`; 403
   for an Origin of any other host), then `Gate` (pure ASGI, so streaming
   responses pass untouched): the bearer token, compared in constant time, and
-  the drain on shutdown.
+  the drain on shutdown. `GET /` says where the MCP endpoint is.
+- In front of all that, `Health`: `GET /healthz` answers 200 `{"status":"ok"}`
+  (503 once draining) to load balancers: no token, no Host check, no Coder
+  call, nothing else said, not in the access log.
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ from collections.abc import Sequence
 from ipaddress import ip_address
 
 from fastmcp import FastMCP
+from fastmcp.server.dependencies import get_http_request
 from pydantic import SecretStr
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .settings import Settings
 
-__all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
+__all__ = ["HEALTH_PATH", "MCP_PATH", "Drain", "Gate", "Health", "allowed_hosts", "allowed_origins", "bearer",
+           "build_app", "is_loopback", "mcp_url", "refuse_bind", "sent_token"]
 
 MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
 access = logging.getLogger("fleet_mcp.access")
 
 
@@ -90,6 +96,27 @@ class Drain:
 
     async def wait(self) -> None:
         await self._wait_event().wait()
+
+
+def mcp_url(host: str, port: int) -> str:
+    """Where clients reach the MCP endpoint of a server bound to `host`:`port`."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{MCP_PATH}"
+
+
+def bearer(header: bytes | str | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <credentials>` value, else None."""
+    text = header.decode("latin-1") if isinstance(header, bytes) else header or ""
+    scheme, _, credentials = text.strip().partition(" ")
+    return (credentials.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def sent_token() -> str | None:
+    """The bearer token the current HTTP request carries, accepted or not; None outside an HTTP request."""
+    try:
+        request = get_http_request()
+    except RuntimeError:
+        return None
+    return bearer(request.headers.get("authorization"))
 
 
 def _digest(value: bytes) -> bytes:
@@ -170,6 +197,9 @@ class Gate:
                 "error": "not_found", "message": "This server offers no OAuth; send the header "
                 f"Authorization: Bearer <token>, the token being {whose}.", "details": {}})
             return
+        if scope["path"] == "/" and scope["method"] in ("GET", "HEAD"):
+            await _send_json(send, 200, self._where(scope))
+            return
         if self._digest is not None:
             verdict = self.authorized(scope)
             if not verdict:
@@ -198,15 +228,38 @@ class Gate:
             # A stream ended by the drain: close it properly (the client did not go away).
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    def _where(self, scope: Scope) -> dict[str, str]:
+        """GET /: where the MCP endpoint is (for a person who opened the server's address), nothing secret."""
+        host = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"host"), None)
+        if host is None:
+            server = scope.get("server") or ("localhost", None)
+            host = f"{server[0]}:{server[1]}" if server[1] else server[0]
+        url = f"{scope.get('scheme', 'http')}://{host}{MCP_PATH}"
+        auth = ("each caller's own Coder token" if self.per_user else
+                "the server's FLEET_MCP_AUTH_TOKEN" if self._digest is not None else None)
+        return {"name": "fleet-mcp", "mcp_endpoint": url, "transport": "streamable HTTP",
+                "message": f"This is fleet-mcp, an MCP server: connect an MCP client to {url}, e.g. "
+                           f"`claude mcp add --transport http fleet {url}`"
+                           + (f" with the header Authorization: Bearer <token>, the token being {auth}." if auth
+                              else "."),
+                "health": HEALTH_PATH}
+
     async def _refused(self, scope: Scope, send: Send) -> bool:
         """Per-user mode: answer a refused token (off /mcp) or a token Coder could not check; True if answered."""
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 
-        from .users import UNVERIFIED
+        from .users import LIMITED, UNVERIFIED
 
         user = scope.get("user")
         if isinstance(user, AuthenticatedUser):
-            if (user.access_token.claims or {}).get(UNVERIFIED):
+            claims = user.access_token.claims or {}
+            if wait := claims.get(LIMITED):
+                await _send_json(send, 429, {
+                    "error": "unavailable", "message": f"Too many tokens Coder refused came from your address: "
+                    f"retry in {wait} s, with a valid Coder token (`coder tokens create`).",
+                    "details": {"retry_after_s": wait}}, [(b"retry-after", str(wait).encode())])
+                return True
+            if claims.get(UNVERIFIED):
                 await _send_json(send, 503, {
                     "error": "unavailable", "message": "Coder cannot be reached to check your token; retry shortly.",
                     "details": {"retry_after_s": 5}}, [(b"retry-after", b"5")])
@@ -223,11 +276,9 @@ class Gate:
         return True
 
     @staticmethod
-    def authorized_header(scope: Scope) -> bytes | None:
+    def authorized_header(scope: Scope) -> str | None:
         """The bearer credentials sent, if any."""
-        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        scheme, _, credentials = (header or b"").strip().partition(b" ")
-        return credentials.strip() or None if scheme.lower() == b"bearer" else None
+        return bearer(next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None))
 
     def _until_drained(self, receive: Receive) -> Receive:
         """A GET stream (server-to-client messages only) reads as disconnected once draining starts."""
@@ -250,11 +301,34 @@ class Gate:
         return wrapped
 
 
+class Health:
+    """Pure ASGI, outermost: `GET /healthz` (or HEAD) answers 200 `{"status":"ok"}`, 503 once draining.
+
+    Before the Host/Origin guard and the token checks: a load balancer probes a replica by its own address and
+    holds no token, and the answer says nothing else, so there is nothing to guard. No Coder call: it says the
+    process serves, not that Coder answers (a Coder outage must not take every replica out of rotation).
+    """
+
+    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+            if self.drain.draining:
+                await _send_json(send, 503, {"status": "draining"}, [(b"connection", b"close")])
+            else:
+                await _send_json(send, 200, {"status": "ok"}, [(b"cache-control", b"no-store")])
+            return
+        await self.app(scope, receive, send)
+
+
 def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> ASGIApp:
-    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, the Gate, the session cap."""
+    """The ASGI app for `fleet-mcp --transport http`: /healthz, then /mcp behind the Host/Origin guard, the Gate,
+    the session cap."""
     from .sessions import SessionCap
 
-    return server.http_app(
+    return Health(server.http_app(
         path=MCP_PATH,
         host_origin_protection=True,  # strict: every request's Host and Origin are checked
         allowed_hosts=allowed_hosts(host, settings),
@@ -266,4 +340,4 @@ def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> A
                                per_user=settings.auth == "coder"),
                     Middleware(SessionCap, max_sessions=settings.max_sessions,
                                max_per_client=settings.max_sessions_per_client, idle_s=settings.session_idle_s)],
-    )
+    ), drain)

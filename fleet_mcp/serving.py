@@ -85,7 +85,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     from sse_starlette.sse import AppStatus
 
     from .connections import ConnectionGuard, Throttled, budget, guarded_protocol
-    from .http import Drain, build_app
+    from .http import Drain, build_app, mcp_url
 
     drain = Drain()
     loop = asyncio.get_running_loop()
@@ -135,4 +135,5 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
                             access_log=False,  # ours (http.Gate) leaves out query strings
                             log_config=None, log_level="info")  # uvicorn's logs too go to stderr, our format
+    log.info("MCP endpoint: %s (GET /healthz for load balancers)", mcp_url(host, sock.getsockname()[1]))
     await Server(config).serve(sockets=[sock])

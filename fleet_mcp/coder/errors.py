@@ -16,14 +16,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from ..redaction import redact
+
 __all__ = [
     "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "CoderError",
     "Conflict", "Forbidden", "Gone", "NotFound", "PathAppsDisabled", "RateLimited",
     "ServerError", "Unauthorized", "Unavailable", "Validation", "WorkspaceOffline",
     "error_from_response", "redact",
 ]
-
-_REDACTED = "[REDACTED]"
 
 
 @dataclass(frozen=True)
@@ -128,15 +128,6 @@ class AppNotFound(AppProxyError):
 
 class PathAppsDisabled(AppProxyError):
     """Path-based apps are disabled on the deployment; only subdomain apps work."""
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with every occurrence of `secret` replaced.
-
-    Secrets shorter than 6 characters (never a real Coder token) are left alone:
-    replacing them would shred ordinary words.
-    """
-    return text.replace(secret, _REDACTED) if secret and len(secret) >= 6 and text else text
 
 
 _BY_STATUS: dict[int, type[CoderError]] = {
