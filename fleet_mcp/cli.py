@@ -36,7 +36,9 @@ settings (environment or .env):
   FLEET_MCP_SESSION_IDLE_S       FLEET_MCP_MAX_SESSIONS         FLEET_MCP_MAX_SESSIONS_PER_CLIENT
   FLEET_MCP_AUTH                 token (default: one Coder user, CODER_SESSION_TOKEN) or coder (each HTTP
                                  caller sends their own Coder token as Authorization: Bearer)
-  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted (60)
+  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted, or a refused one refused (60)
+  FLEET_MCP_AUTH_REFUSALS_PER_MINUTE
+                                 tokens Coder may refuse per client address a minute (10); beyond: 429
   FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
   FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
   FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
