@@ -5,8 +5,8 @@ per-user mode, else the server's user when known, else null), `tool`, `arguments
 characters cut, with a marker saying how much), `duration_ms`, `outcome`
 (`ok` | `error`) and `error` (the envelope's error code, or null). Secrets
 never reach the file: argument text holding the Coder session token, the HTTP
-auth token or (per-user mode) the token the caller sent is redacted
-(`redaction.redact`, any case) before it is cut. Every record is one line for
+auth token or (per-user mode) the token the caller sent, or any signed-in
+user's, is redacted (`redaction.redact`, any case) before it is cut. Every record is one line for
 any reader: line and paragraph separators (U+2028, U+2029, U+0085) and lone
 surrogates are written as JSON escapes, never raw.
 
@@ -186,10 +186,10 @@ class AuditLog(Middleware):
                         "(reported at most once a minute)", self.path, why, self._lost)
             self._reported_at = now
 
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Any, also: Iterable[str] = ()) -> Any:
         """`value` with the secrets redacted (any case) and long texts cut, at any depth: the server's
-        secrets, and the token the current HTTP request carries."""
-        return cut(value, (*self._secrets, sent_token()))
+        secrets, the token the current HTTP request carries, and `also`."""
+        return cut(value, (*self._secrets, sent_token(), *also))
 
     async def on_call_tool(self, context: MiddlewareContext, call_next):
         started = datetime.now(UTC)
@@ -207,7 +207,10 @@ class AuditLog(Middleware):
             error = _error_code(str(exc))
             raise
         finally:
-            tool, arguments = self.scrub([context.message.name, context.message.arguments or {}])
+            # Per-user mode: every signed-in caller's token, so one pasted by someone else is redacted too.
+            users = context.fastmcp_context.lifespan_context.get("users") if context.fastmcp_context else None
+            tool, arguments = self.scrub([context.message.name, context.message.arguments or {}],
+                                         users.tokens() if users is not None else ())
             self.write({
                 "time": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                 "user": caller() or self.user,

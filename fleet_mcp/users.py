@@ -59,6 +59,7 @@ class Services:
     meter: Meter
     username: str | None = None
     verified_at: float = field(default=float("-inf"))
+    token: str | None = field(default=None, repr=False)  # per-user mode: redacted from the audit log (any caller's)
 
     @classmethod
     def open(cls, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Services:
@@ -83,6 +84,10 @@ class Users:
     def __len__(self) -> int:
         return len(self._by_key)
 
+    def tokens(self) -> list[str]:
+        """The tokens of the users signed in here (Coder accepted them)."""
+        return [s.token for s in self._by_key.values() if s.token and s.username is not None]
+
     def known(self, token: str) -> Services | None:
         """The services of this token's holder if they are open, else None (nothing is opened)."""
         return self._by_key.get(key_of(token))
@@ -93,6 +98,7 @@ class Users:
         found = self._by_key.get(key)
         if found is None:
             found = Services.open(self.settings.for_token(token), self._transport)
+            found.token = token
             self._by_key[key] = found
             while len(self._by_key) > self.settings.max_users:
                 _, evicted = self._by_key.popitem(last=False)

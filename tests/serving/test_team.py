@@ -74,10 +74,11 @@ async def test_each_user_sees_and_touches_only_their_own_fleet(server):
 
 
 async def test_the_callers_own_token_and_raw_line_breaks_never_reach_the_audit_log(server, capsys):
-    """Issue 25 item 1: per-user mode has no server token to redact; the caller's own is, in any case, and every
-    record stays one line for a strict JSON-lines reader (str.splitlines included)."""
-    pasted = [ALICE_TOKEN, ALICE_TOKEN.upper(), ALICE_TOKEN.title()]
-    async with http_tools(server.url, ALICE_TOKEN) as client:
+    """Issue 25 item 1: per-user mode has no server token to redact; the caller's own is, in any case (and any
+    signed-in user's), and every record stays one line for a strict JSON-lines reader (str.splitlines included)."""
+    pasted = [ALICE_TOKEN, ALICE_TOKEN.upper(), ALICE_TOKEN.title(), TOKEN.upper()]  # the last: demo's, signed in
+    async with http_tools(server.url, TOKEN) as demo_client, http_tools(server.url, ALICE_TOKEN) as client:
+        await Tools(demo_client)("list_agent_projects")
         alice = Tools(client)
         for variant in pasted:
             await alice.error("show_agent", agent_name=f"x{variant}y")
@@ -88,9 +89,9 @@ async def test_the_callers_own_token_and_raw_line_breaks_never_reach_the_audit_l
     assert len(records) == text.count("\n")
     mine = [r for r in records if r["user"] == "alice" and r["tool"] in ("show_agent", "start_agent_task")
             and "[redacted]" in json.dumps(r)]
-    assert [r["arguments"].get("agent_name") for r in mine[:3]] == ["x[redacted]y"] * 3
-    assert mine[3]["arguments"]["task_description"] == "token [redacted]\u2028then\u2029more\u0085end"
-    tokens = text.lower().count(ALICE_TOKEN.lower())
+    assert [r["arguments"].get("agent_name") for r in mine[:4]] == ["x[redacted]y"] * 4
+    assert mine[4]["arguments"]["task_description"] == "token [redacted]\u2028then\u2029more\u0085end"
+    tokens = text.lower().count(TOKEN.lower())  # alice's token starts with demo's: both counted
     raw = sum(text.count(c) for c in "\u2028\u2029\u0085")
     with capsys.disabled():
         print(f"\naudit (per-user): {len(records)} records, {tokens} caller tokens, {raw} raw line separators")
