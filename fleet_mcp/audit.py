@@ -36,7 +36,7 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from pydantic import SecretStr
 
-from .http import sent_token
+from .front import sent_token
 from .redaction import REDACTED, redact
 from .users import caller
 

@@ -155,7 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
         else:
             settings = load_settings()
-        from .http import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
+        from .front import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
 
         setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
                    also=sent_token if args.transport == "http" else None)

@@ -7,10 +7,8 @@
   host, localhost, 127.0.0.1, [::1] or one of `FLEET_MCP_ALLOWED_HOSTS`; 403
   for an Origin of any other host), then `Gate` (pure ASGI, so streaming
   responses pass untouched): the bearer token, compared in constant time, and
-  the drain on shutdown. `GET /` says where the MCP endpoint is.
-- In front of all that, `Health`: `GET /healthz` answers 200 `{"status":"ok"}`
-  (503 once draining) to load balancers: no token, no Host check, no Coder
-  call, nothing else said, not in the access log.
+  the drain on shutdown; `GET /` says where the MCP endpoint is. In front of
+  all that, `front.Health` answers load balancers' `GET /healthz`.
 """
 
 from __future__ import annotations
@@ -18,24 +16,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
-from collections.abc import Sequence
 from ipaddress import ip_address
 
 from fastmcp import FastMCP
-from fastmcp.server.dependencies import get_http_request
 from pydantic import SecretStr
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .front import MCP_PATH, Health, bearer, where
+from .front import send_json as _send_json
 from .settings import Settings
 
-__all__ = ["HEALTH_PATH", "MCP_PATH", "Drain", "Gate", "Health", "allowed_hosts", "allowed_origins", "bearer",
-           "build_app", "is_loopback", "mcp_url", "refuse_bind", "sent_token"]
+__all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
 
-MCP_PATH = "/mcp"
-HEALTH_PATH = "/healthz"
 access = logging.getLogger("fleet_mcp.access")
 
 
@@ -98,36 +92,8 @@ class Drain:
         await self._wait_event().wait()
 
 
-def mcp_url(host: str, port: int) -> str:
-    """Where clients reach the MCP endpoint of a server bound to `host`:`port`."""
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}{MCP_PATH}"
-
-
-def bearer(header: bytes | str | None) -> str | None:
-    """The credentials of an `Authorization: Bearer <credentials>` value, else None."""
-    text = header.decode("latin-1") if isinstance(header, bytes) else header or ""
-    scheme, _, credentials = text.strip().partition(" ")
-    return (credentials.strip() or None) if scheme.lower() == "bearer" else None
-
-
-def sent_token() -> str | None:
-    """The bearer token the current HTTP request carries, accepted or not; None outside an HTTP request."""
-    try:
-        request = get_http_request()
-    except RuntimeError:
-        return None
-    return bearer(request.headers.get("authorization"))
-
-
 def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
-
-
-async def _send_json(send: Send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def _challenge(verdict: bool | None) -> bytes:
@@ -198,7 +164,8 @@ class Gate:
                 f"Authorization: Bearer <token>, the token being {whose}.", "details": {}})
             return
         if scope["path"] == "/" and scope["method"] in ("GET", "HEAD"):
-            await _send_json(send, 200, self._where(scope))
+            needs = "the server's FLEET_MCP_AUTH_TOKEN" if self._digest is not None else None
+            await _send_json(send, 200, where(scope, "each caller's own Coder token" if self.per_user else needs))
             return
         if self._digest is not None:
             verdict = self.authorized(scope)
@@ -227,22 +194,6 @@ class Gate:
         if state["started"] and not state["complete"] and self.drain.draining:
             # A stream ended by the drain: close it properly (the client did not go away).
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    def _where(self, scope: Scope) -> dict[str, str]:
-        """GET /: where the MCP endpoint is (for a person who opened the server's address), nothing secret."""
-        host = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"host"), None)
-        if host is None:
-            server = scope.get("server") or ("localhost", None)
-            host = f"{server[0]}:{server[1]}" if server[1] else server[0]
-        url = f"{scope.get('scheme', 'http')}://{host}{MCP_PATH}"
-        auth = ("each caller's own Coder token" if self.per_user else
-                "the server's FLEET_MCP_AUTH_TOKEN" if self._digest is not None else None)
-        return {"name": "fleet-mcp", "mcp_endpoint": url, "transport": "streamable HTTP",
-                "message": f"This is fleet-mcp, an MCP server: connect an MCP client to {url}, e.g. "
-                           f"`claude mcp add --transport http fleet {url}`"
-                           + (f" with the header Authorization: Bearer <token>, the token being {auth}." if auth
-                              else "."),
-                "health": HEALTH_PATH}
 
     async def _refused(self, scope: Scope, send: Send) -> bool:
         """Per-user mode: answer a refused token (off /mcp) or a token Coder could not check; True if answered."""
@@ -299,28 +250,6 @@ class Gate:
             return {"type": "http.disconnect"}
 
         return wrapped
-
-
-class Health:
-    """Pure ASGI, outermost: `GET /healthz` (or HEAD) answers 200 `{"status":"ok"}`, 503 once draining.
-
-    Before the Host/Origin guard and the token checks: a load balancer probes a replica by its own address and
-    holds no token, and the answer says nothing else, so there is nothing to guard. No Coder call: it says the
-    process serves, not that Coder answers (a Coder outage must not take every replica out of rotation).
-    """
-
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
-        self.app = app
-        self.drain = drain
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
-            if self.drain.draining:
-                await _send_json(send, 503, {"status": "draining"}, [(b"connection", b"close")])
-            else:
-                await _send_json(send, 200, {"status": "ok"}, [(b"cache-control", b"no-store")])
-            return
-        await self.app(scope, receive, send)
 
 
 def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> ASGIApp:

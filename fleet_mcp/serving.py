@@ -85,7 +85,8 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     from sse_starlette.sse import AppStatus
 
     from .connections import ConnectionGuard, Throttled, budget, guarded_protocol
-    from .http import Drain, build_app, mcp_url
+    from .front import mcp_url
+    from .http import Drain, build_app
 
     drain = Drain()
     loop = asyncio.get_running_loop()

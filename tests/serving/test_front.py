@@ -12,7 +12,8 @@ import pytest
 from processes import SERVER, WAIT_S, clean_env, emulator_process, http_server, per_user_server
 from support import TOKEN
 
-from fleet_mcp.http import Drain, Health
+from fleet_mcp.front import Health
+from fleet_mcp.http import Drain
 from fleet_mcp.preflight import known_variables, unknown_settings
 
 AUTH_TOKEN = "front-t0ken-of-the-server"
