@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import httpx
 import pydantic
 
 from ..coder import errors as ce
@@ -140,9 +139,9 @@ class AgentAPIDriver:
         errors: list[str] = []
 
         async def read() -> None:
-            async with self.client.app_stream(self._path("events")) as response:
+            async with self.client.app_lines(self._path("events")) as lines:
                 event, replayed_status = "", False
-                async for line in response.aiter_lines():
+                async for line in lines:
                     if line.startswith("event:"):
                         event = line[6:].strip()
                         if replayed_status and event != "agent_error":
@@ -153,7 +152,7 @@ class AgentAPIDriver:
 
         try:
             await asyncio.wait_for(read(), wait)
-        except (TimeoutError, httpx.HTTPError, pydantic.ValidationError):
+        except (TimeoutError, ce.Unavailable, pydantic.ValidationError):
             pass
         return [e for e in errors if e]
 
