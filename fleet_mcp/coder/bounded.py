@@ -29,7 +29,7 @@ LIMITS: dict[Limit, int] = {
     "status": 1 * MiB,  # an agent's state or status, the answer to a write, who the token is
     "events": 1 * MiB,  # what an agent's event stream replays before it goes live
     "record": 8 * MiB,  # one workspace, build, template or version; a template's parameters, presets, resources
-    "conversation": 32 * MiB,  # an agent's whole conversation, or its turns' results
+    "conversation": 16 * MiB,  # an agent's whole conversation, or its turns' results
     "listing": 128 * MiB,  # the fleet's workspaces (a real workspace is ~47 KB), a workspace's builds
 }
 ERROR_BODY = 64 * 1024  # of an error answer, only this much is read: enough for any message Coder writes

@@ -443,9 +443,8 @@ def _validated(where: str, model: Any, content: bytes) -> Any:
 
 def _oversized(where: str, exc: bounded.TooLarge | bounded.Undecodable) -> Oversized:
     if isinstance(exc, bounded.TooLarge):
-        return Oversized(None, f"The answer to {where} is {exc} (the cap for its kind), so it was not read",
-                         cause="oversized")
-    return Oversized(None, f"The answer to {where} cannot be read: {exc}", cause="oversized")
+        return Oversized(None, f"the answer to {where} is {exc}, the cap for its kind", cause="oversized")
+    return Oversized(None, f"the answer to {where} cannot be read: {exc}", cause="oversized")
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -127,7 +127,10 @@ class Unavailable(CoderError):
 
 
 class Oversized(Unavailable):
-    """An answer over the size cap for its kind (decoded size), or compressed in a way that cannot be read."""
+    """An answer over the size cap for its kind (decoded size), or compressed in a way that cannot be read;
+    `agent` names the agent whose app sent it, where a caller knows."""
+
+    agent: str | None = None
 
 
 class AppProxyError(CoderError):

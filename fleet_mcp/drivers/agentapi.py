@@ -17,7 +17,7 @@ import pydantic
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, Text, Timestamp
-from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable
+from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable, oversized
 from .wire import ConversationPage
 
 __all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal"]
@@ -65,6 +65,8 @@ class AgentAPIDriver:
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await call()
+        except ce.Oversized as exc:
+            raise oversized(self.address[1], exc) from None
         except ce.AppNotFound:
             raise Unreachable(f"The workspace has no app {self.slug!r}: its template lacks the AgentAPI "
                               "app.") from None
@@ -83,7 +85,7 @@ class AgentAPIDriver:
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call(
-            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage))
+            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage, limit="conversation"))
         return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
