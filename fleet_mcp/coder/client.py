@@ -99,7 +99,8 @@ class CoderClient:
         # makes Coder answer 400 "CSRF error").
         self._transport = transport or _transport(settings.coder_url)
         self._base = settings.coder_url.rstrip("/")
-        self._deadline_s = settings.request_timeout_s
+        # One request's whole time: connecting, then the answer to its last byte (a body may drip for ever).
+        self._deadline_s = settings.connect_timeout_s + settings.request_timeout_s
         self._headers = [
             *([("Coder-Session-Token", self._secret)] if self._secret else []),
             ("Accept", "application/json"),

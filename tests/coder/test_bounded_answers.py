@@ -89,13 +89,14 @@ async def test_an_agents_endless_body_is_unavailable_naming_the_agent_and_memory
 
 async def test_a_body_that_drips_for_ever_ends_at_the_request_deadline():
     """Each byte arrives well inside the read timeout; only a deadline on the whole request ends it."""
-    async with fleet_with_agent("dripper", request_timeout_s=0.5, retry_budget_s=0.0) as (emulator, tools):
+    async with fleet_with_agent("dripper", request_timeout_s=0.4, connect_timeout_s=0.1,
+                                retry_budget_s=0.0) as (emulator, tools):
         emulator.control.faults.add({"match": "GET /@*/apps/*", "kind": "endless", "chunk": 16, "interval": 0.02})
         started = time.monotonic()
         error = await tools.error("show_agent", agent_name="dripper")
         took = time.monotonic() - started
     assert error["error"] == "unavailable", error
-    assert "within 0.5 s" in error["message"] and "dripper" in error["message"], error
+    assert "within 0.5 s" in error["message"] and "dripper" in error["message"], error  # connect + request
     assert took < 2.0, took
 
 
