@@ -15,9 +15,8 @@ import random
 import ssl
 import sys
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from urllib.parse import quote
@@ -35,16 +34,11 @@ from fleet_mcp.coder.schemas import (
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
-from fleet_mcp.settings import Settings
 
 if TYPE_CHECKING:
-    from fleet_mcp.budget import Meter
     from tenacity import RetryCallState
 
-__all__ = ["DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
-
-# When the call this request serves must be over (loop time); retries never run past it.
-DEADLINE: ContextVar[float | None] = ContextVar("fleet_mcp_deadline", default=None)
+__all__ = ["CoderClient", "Transition", "app_proxy_path"]
 
 # httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
 # Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
@@ -79,36 +73,40 @@ def app_proxy_path(owner: str, workspace: str, agent: str | None, slug: str, res
 
 
 class CoderClient:
-    """Async client of one Coder deployment, authenticated by a session token.
+    """Async client of one Coder deployment at `url`, authenticated by a session `token`.
 
-    Use as `async with CoderClient(settings) as coder: ...`. `transport` replaces
-    the network (tests pass an ASGI transport or a loopback emulator); `meter`
-    counts every request sent (`budget.Meter`, per user).
+    Use as `async with CoderClient(url, token) as coder: ...`. Without a token, only what Coder answers
+    anyone (buildinfo). `transport` replaces the network (tests pass an ASGI transport or a loopback
+    emulator). `request_timeout_s` bounds one request once connected, its answer read whole;
+    `connect_timeout_s` connecting; reads that fail transiently are tried again for up to `retry_budget_s`
+    (writes never), and never past `deadline()` (loop time) when it answers one: the caller's own deadline.
+    `on_request` is called for every request sent (the caller counts them). Raises only `CoderError`s.
     """
 
-    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
-                 meter: Meter | None = None) -> None:
-        self._settings = settings
-        self.meter = meter
-        # No token: only what Coder answers anyone (buildinfo), as per-user mode's start-up check does.
-        token = settings.coder_session_token
-        self._secret = token.get_secret_value() if token is not None else None
+    def __init__(self, url: str, token: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None,
+                 request_timeout_s: float = 30.0, connect_timeout_s: float = 5.0, retry_budget_s: float = 20.0,
+                 on_request: Callable[[], None] | None = None,
+                 deadline: Callable[[], float | None] | None = None) -> None:
+        self.on_request = on_request
+        self._deadline = deadline
+        self._retry_budget_s = retry_budget_s
+        self._secret = token or None
         # Requests go straight to httpx's transport: the client layer (URL merging, cookies, auth and
         # redirect flows, none of which the fleet uses) costs a tenth of a millisecond a request, and
         # cookies must not be kept (a stored coder_session_token cookie that differs from the header
         # makes Coder answer 400 "CSRF error").
-        self._transport = transport or _transport(settings.coder_url)
-        self._base = settings.coder_url.rstrip("/")
+        self._transport = transport or _transport(url)
+        self._base = url.rstrip("/")
         # One request's whole time: connecting, then the answer to its last byte (a body may drip for ever).
-        self._deadline_s = settings.connect_timeout_s + settings.request_timeout_s
+        self._deadline_s = connect_timeout_s + request_timeout_s
         self._headers = [
             *([("Coder-Session-Token", self._secret)] if self._secret else []),
             ("Accept", "application/json"),
             ("Accept-Encoding", "gzip, deflate"),
             ("User-Agent", "coder-fleet-mcp"),
         ]
-        self._timeouts = httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s,
-                                       pool=min(_POOL_WAIT_S, settings.request_timeout_s)).as_dict()
+        self._timeouts = httpx.Timeout(request_timeout_s, connect=connect_timeout_s,
+                                       pool=min(_POOL_WAIT_S, request_timeout_s)).as_dict()
 
     async def __aenter__(self) -> CoderClient:
         return self
@@ -121,7 +119,7 @@ class CoderClient:
         await self._transport.aclose()
 
     def __repr__(self) -> str:
-        return f"CoderClient({self._settings.coder_url!r})"
+        return f"CoderClient({self._base!r})"
 
     # --- deployment, users, organizations ------------------------------------------
 
@@ -278,8 +276,8 @@ class CoderClient:
         """The lines of a streamed GET of a workspace app (server-sent events), as they come; failures raise as
         for other calls, and `Oversized` once more than `bounded.LIMITS[limit]` bytes came. The caller bounds
         the time."""
-        if self.meter is not None:
-            self.meter.note()
+        if self.on_request is not None:
+            self.on_request()
         where = f"GET {path}"
         try:
             response = await self._send("GET", path, accept="text/event-stream")
@@ -326,7 +324,7 @@ class CoderClient:
     ) -> Any:
         """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body)."""
         call = _Call(method, path, params, json, model, bounded.LIMITS[limit])
-        if method != "GET" or self._settings.retry_budget_s <= 0:  # never repeat a request that may have changed
+        if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
             return await self._send_once(call)  # something; no budget, no second try
         started = asyncio.get_running_loop().time()
         try:
@@ -344,8 +342,8 @@ class CoderClient:
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
 
         loop = asyncio.get_running_loop()
-        budget = self._settings.retry_budget_s
-        if (deadline := DEADLINE.get()) is not None:
+        budget = self._retry_budget_s
+        if self._deadline is not None and (deadline := self._deadline()) is not None:
             budget = max(0.0, min(budget, deadline - started))
         if loop.time() - started >= budget:
             raise failure
@@ -370,8 +368,8 @@ class CoderClient:
     async def _send_once(self, call: _Call) -> Any:
         """One try: the answer read whole within its cap and the request's deadline, then validated."""
         where = f"{call.method} {call.path}"
-        if self.meter is not None:
-            self.meter.note()
+        if self.on_request is not None:
+            self.on_request()
         try:
             async with asyncio.timeout(self._deadline_s):  # the whole exchange, however slowly the body drips
                 response = await self._send(call.method, call.path, params=call.params, json=call.body)

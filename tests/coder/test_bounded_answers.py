@@ -21,7 +21,6 @@ from support import Tools, fleet_settings
 
 from fleet_mcp.coder import bounded
 from fleet_mcp.coder import errors as ce
-from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.faults import gzip_bomb
@@ -118,7 +117,7 @@ async def test_an_error_answer_is_read_only_as_far_as_its_message(emulator):
             (b"content-type", b"text/plain"), (b"content-encoding", b"gzip")]})
         await send({"type": "http.response.body", "body": gzip_bomb(64 << 20)})
 
-    async with CoderClient(fleet_settings(retry_budget_s=0), transport=httpx.ASGITransport(app=bombing)) as coder:
+    async with fleet_settings(retry_budget_s=0).coder_client(httpx.ASGITransport(app=bombing)) as coder:
         with peak_rss_growth() as grew, pytest.raises(ce.ServerError) as caught:
             await coder.me()
     assert caught.value.status == 500 and len(caught.value.detail) <= 200
@@ -139,7 +138,7 @@ async def test_compressed_answers_within_the_cap_are_read(encoding):
             (b"content-type", b"application/json"), (b"content-encoding", encoding.removeprefix("raw-").encode())]})
         await send({"type": "http.response.body", "body": packed})
 
-    async with CoderClient(fleet_settings(retry_budget_s=0), transport=httpx.ASGITransport(app=app)) as coder:
+    async with fleet_settings(retry_budget_s=0).coder_client(httpx.ASGITransport(app=app)) as coder:
         assert (await coder.buildinfo()).version == "v2.27.1"
 
 

@@ -17,7 +17,6 @@ from fastmcp import Client
 from processes import free_port
 from support import Tools, fleet_settings
 
-from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.connections import raise_fd_limit
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
@@ -87,7 +86,7 @@ async def test_bytes_past_an_answer_never_answer_the_next_request():
     assert seen == ["/first", "/stale", "/second"]
 
     async with scripted(desynchronising) as server:
-        async with CoderClient(fleet_settings(coder_url=server.url, retry_budget_s=0)) as coder:
+        async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
             seen = [(await coder.app_request("GET", p, dict))["path"] for p in paths]
     assert seen == paths  # the second of three GETs gets its own answer
     assert server.requests == paths
@@ -101,7 +100,7 @@ async def test_kept_connections_are_reused():
             await writer.drain()
 
     async with scripted(answering) as server:
-        async with CoderClient(fleet_settings(coder_url=server.url, retry_budget_s=0)) as coder:
+        async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
             for path in ("/a", "/b", "/c"):
                 assert (await coder.app_request("GET", path, dict))["path"] == path
     assert server.connections == 1
@@ -141,7 +140,7 @@ async def test_the_client_goes_through_the_proxy_the_environment_names(monkeypat
         for name in ("NO_PROXY", "no_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HTTP_PROXY", server.url)
-        async with CoderClient(fleet_settings(coder_url="http://coder.invalid", retry_budget_s=0)) as coder:
+        async with fleet_settings(coder_url="http://coder.invalid", retry_budget_s=0).coder_client() as coder:
             assert (await coder.buildinfo()).version == "v2.27.1"
     assert server.requests == ["http://coder.invalid/api/v2/buildinfo"]  # absolute form: a proxy's request
 
