@@ -107,7 +107,13 @@ def _emulator(args: argparse.Namespace) -> int:
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:  # as the server says it: one line, exit 2
+        from .listener import bind_failure
+
+        print(f"fleet-mcp emulator: {bind_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 2
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     emulator.url = f"http://{url_host}:{port}"
