@@ -102,3 +102,11 @@ async def test_a_real_time_emulator_reads_wall_time_after_its_seed_and_every_res
             assert hand_made["latest_build"]["status"] == "running"  # settled all the same
             assert when(hand_made["created_at"]) < when(hand_made["latest_build"]["updated_at"]) <= now
             await coder.post("/emulator/reset", json={"seed": "demo"})
+
+
+def test_role_prompts_read_as_english():
+    from fleet_mcp.emulator.seed import ROLE_PROMPTS
+
+    assert ROLE_PROMPTS["manager"].startswith("You are an Engineering Manager.")
+    assert ROLE_PROMPTS["operator"].startswith("You are an Operations Engineer.")
+    assert ROLE_PROMPTS["coder"].startswith("You are a Software Engineer.")
