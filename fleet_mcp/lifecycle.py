@@ -101,7 +101,8 @@ class Lifecycle:
     def _check_cap(self, count: int) -> None:
         cap = self.settings.max_agents
         if cap and count >= cap:
-            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
+            agents = "1 agent" if count == 1 else f"{count} agents"
+            raise conflict(f"The fleet has {agents}, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
                            "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
                            "running but still count), then create again.", agents=count, max_agents=cap)
 

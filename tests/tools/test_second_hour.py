@@ -1,0 +1,68 @@
+"""A new user's second hour (issue 23): progress on its promised beat, counting agents; words for people."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from fastmcp import Client
+from support import CheckedTransport, Tools, fleet_settings
+
+from fleet_mcp.server import build_server
+
+
+@pytest.fixture
+async def slow_polls(emulator, conformance) -> AsyncIterator[Tools]:
+    """The fleet's tools polling Coder once a second, promising progress five times as often."""
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    settings = fleet_settings(wait_poll_interval_s=1.0, progress_interval_s=0.2)
+    async with Client(build_server(settings, transport=transport)) as client:
+        yield Tools(client)
+
+
+async def make(tools, emulator, *agents: tuple[str, str]) -> None:
+    for name, spec in agents:
+        await tools("create_agent", name=name, project="fleet-demo", spec=spec)
+    emulator.advance(30)
+
+
+async def test_progress_keeps_its_interval_between_polls_and_counts_agents(slow_polls, emulator):
+    await make(slow_polls, emulator, ("quick", "Quick [[finish:1]]"), ("stuck", "Forever [[hang]]"))
+    emulator.backend.requests.clear()
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[float, float, float | None, str | None]] = []
+
+    async def progress(done, total, message):
+        seen.append((loop.time(), done, total, message))
+
+    answer = await slow_polls("wait_for_agents", progress=progress, agent_names=["quick", "stuck"], timeout_s=1.0)
+    assert answer["timed_out"] is True and answer["met"] == ["quick"]
+    # Every 0.2 s though Coder is asked once a second: the first at once, then four more (one may slip).
+    assert len(seen) >= 4, seen
+    gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:], strict=False)]
+    assert max(gaps) < 0.2 + 0.15, gaps
+    assert {(done, total) for _, done, total, _ in seen} == {(1, 2)}  # agents done out of the group
+    assert seen[0][3] == "1 of 2 agents reached idle; waiting (0 s of 1 s)"
+    assert emulator.backend.requests["GET /api/v2/workspaces"] <= 2  # progress costs Coder nothing
+
+
+async def test_progress_of_one_agent_says_agent(tools, emulator):
+    await make(tools, emulator, ("alone", "Forever [[hang]]"))
+    said: list[str | None] = []
+
+    async def progress(done, total, message):
+        said.append(message)
+
+    await tools("wait_for_agents", progress=progress, agent_names=["alone"], timeout_s=0.1)
+    assert said and said[0].startswith("0 of 1 agent reached idle; waiting")
+
+
+async def test_the_cap_of_one_agent_says_agent(emulator, conformance):
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(max_agents=1), transport=transport)) as client:
+        tools = Tools(client)
+        await tools("create_agent", name="only", project="fleet-demo", spec="Work")
+        refused = await tools.error("create_agent", name="second", project="fleet-demo", spec="Work")
+    assert refused["message"].startswith("The fleet has 1 agent, its cap (FLEET_MCP_MAX_AGENTS=1).")
