@@ -40,6 +40,7 @@ settings (environment or .env):
   FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
   FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
   FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
+  FLEET_MCP_LOG_LEVEL            DEBUG, INFO (default), WARNING or ERROR: what the server logs on stderr
 
 exit codes:
   0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
@@ -159,7 +160,8 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
         else:
             settings = load_settings()
-        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+                   settings.log_level)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")

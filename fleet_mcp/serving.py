@@ -134,5 +134,5 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                             timeout_keep_alive=max(1, math.ceil(settings.http_idle_timeout_s)),
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
                             access_log=False,  # ours (http.Gate) leaves out query strings
-                            log_config=None, log_level="info")  # uvicorn's logs too go to stderr, our format
+                            log_config=None, log_level=settings.log_level.lower())  # uvicorn's too: stderr, our format
     await Server(config).serve(sockets=[sock])
