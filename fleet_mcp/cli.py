@@ -199,7 +199,7 @@ def _serve(args: argparse.Namespace) -> int:
         if sock is not None:
             asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
         else:
-            asyncio.run(serve_stdio(server))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it
