@@ -60,11 +60,12 @@ async def test_list_agent_roles(fleet, project):
 
 @contract
 async def test_create_agent(fleet, project):
-    """A new agent answers `busy` with its spec as task; a taken name or unknown role is `bad_request`."""
+    """A new agent answers `pending` (its build is queued) with its spec as task; a taken name or unknown role
+    is `bad_request`."""
     created = await fleet("create_agent", name="ct-create", project=project, role="operator", spec=QUICK)
     agent = created["agent"]
     assert (agent["name"], agent["status"], agent["role"], agent["project"]) == (
-        "ct-create", "busy", "operator", project)
+        "ct-create", "pending", "operator", project)
     assert agent["spec"] == agent["current_task"] == QUICK and agent["workspace_id"]
     assert agent["created_at"].endswith("Z") and "ct-create" in created["message"]
     assert agent["metadata"]["fleet_mcp_agent_name"] == "ct-create"

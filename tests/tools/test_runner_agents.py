@@ -47,7 +47,7 @@ async def test_a_runner_agent_through_its_turns(conformance):
     async with runner_fleet(conformance) as (tools, coder):
         made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                            model="haiku")
-        assert made["agent"]["status"] == "busy"
+        assert made["agent"]["status"] == "pending"
         waited = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
         assert waited["met"] == ["sdk-one"] and waited["agents"][0]["last_turn"] == "succeeded"
         assert (await disk(coder, "sdk-one") / "step-1.txt").is_file()  # Claude Code really wrote it

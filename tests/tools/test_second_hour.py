@@ -66,3 +66,28 @@ async def test_the_cap_of_one_agent_says_agent(emulator, conformance):
         await tools("create_agent", name="only", project="fleet-demo", spec="Work")
         refused = await tools.error("create_agent", name="second", project="fleet-demo", spec="Work")
     assert refused["message"].startswith("The fleet has 1 agent, its cap (FLEET_MCP_MAX_AGENTS=1).")
+
+
+async def statuses(tools, name: str) -> set[str]:
+    """What every tool that describes one agent says of it, in one moment (the virtual clock stands still)."""
+    listed = next(a["status"] for a in (await tools("list_agents"))["agents"] if a["name"] == name)
+    shown = (await tools("show_agent", agent_name=name))["agent"]["status"]
+    glanced = (await tools("show_agents", agent_names=[name]))["agents"][0]["status"]
+    waited = (await tools("wait_for_agents", agent_names=[name], timeout_s=0))["agents"][0]["status"]
+    return {listed, shown, glanced, waited}
+
+
+async def test_one_status_per_moment_from_create_to_stop_and_start(tools, emulator):
+    made = (await tools("create_agent", name="moment", project="fleet-demo", spec="Work [[finish:1]]"))["agent"]
+    assert (made["status"], made["status_source"], made["workspace_status"]) == ("pending", "build", "pending")
+    assert await statuses(tools, "moment") == {"pending"}  # as the README's diagram says: pending, then starting
+    emulator.advance(30)
+    assert await statuses(tools, "moment") == {"idle"}
+    stopping = (await tools("stop_agent", agent_name="moment"))["agent"]
+    assert (stopping["status"], stopping["workspace_status"]) == ("stopping", "pending")  # queued: asked to stop
+    assert await statuses(tools, "moment") == {"stopping"}
+    emulator.advance(30)
+    assert await statuses(tools, "moment") == {"stopped"}
+    starting = (await tools("start_agent", agent_name="moment"))["agent"]
+    assert starting["status"] == "starting"
+    assert await statuses(tools, "moment") == {"starting"}
