@@ -14,10 +14,10 @@ from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found
-from .fleet import Fleet, quietly, settle
+from .fleet import Fleet, quietly, reported_task, settle
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
 from .rules import FLEET_QUERY, NAME_RE, iso
-from .status import Snapshot, Status, fresh_app_status, list_status, live_status
+from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
 
@@ -155,8 +155,7 @@ class Waits:
             error = not_found(f"No agent named {name!r}.", agent_name=name)
             return AgentGlance(name=name, error={"error": error.error, "message": error.message,
                                                  "details": error.details})
-        fresh = fresh_app_status(ws)
-        task = fresh.message if fresh and fresh.message else None
+        task = reported_task(ws, self.fleet.slugs)
         driver = self.fleet.driver(ws)
         self.fleet.remember(ws.name, driver)
         if driver is None:
