@@ -91,3 +91,22 @@ async def test_one_status_per_moment_from_create_to_stop_and_start(tools, emulat
     starting = (await tools("start_agent", agent_name="moment"))["agent"]
     assert starting["status"] == "starting"
     assert await statuses(tools, "moment") == {"starting"}
+
+
+@pytest.mark.parametrize(("tool", "arguments", "message"), [
+    ("wait_for_agents", {"agent_names": ["x"], "until": "asleep"},
+     "Invalid argument: until should be 'idle', 'needs_input', 'stopped' or 'failed', or a list."),
+    ("wait_for_agents", {"agent_names": ["x"], "until": ["idle", 3]},
+     "Invalid argument: until[1] should be 'idle', 'needs_input', 'stopped' or 'failed'."),
+    ("wait_for_agents", {"agent_names": "x"}, "Invalid argument: agent_names should be a list."),
+    ("show_agent_task_history", {"agent_name": "x", "page": "two"}, "Invalid argument: page should be a whole number."),
+    ("create_agent", {"name": "x", "project": "p"}, "Invalid argument: spec is missing."),
+    ("show_agent", {"agent_name": "x", "extra": 1}, "Invalid argument: extra is not a parameter of this tool."),
+    ("create_agent", {"name": "x", "project": "p", "spec": "s", "max_turns": "many", "role": 7},
+     "Invalid arguments: role should be text; max_turns should be a whole number."),
+], ids=["union", "list-item", "list", "integer", "missing", "unexpected", "two"])
+async def test_refused_arguments_are_named_as_the_caller_wrote_them(tools, tool, arguments, message):
+    refused = await tools.error(tool, **arguments)
+    assert refused["error"] == "bad_request" and refused["message"] == message
+    fields = [p["field"] for p in refused["details"]["problems"]]
+    assert fields and not any("literal" in f or "list[" in f for f in fields), fields
