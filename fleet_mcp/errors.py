@@ -152,9 +152,11 @@ def _invalid_arguments(exc: ArgumentsError) -> FleetError:
     within = {field.split("[")[0] for field in said if "[" in field}
     problems = [{"field": field, "problem": _either(texts)} for field, texts in said.items() if field not in within]
     if not problems:
-        return bad_request("Invalid arguments.", problems=[])
+        return bad_request("Invalid arguments.", field="arguments", problems=[])
     sentence = "; ".join(f"{p['field']} {p['problem']}" for p in problems)
-    return bad_request(f"Invalid argument{'s' if len(problems) > 1 else ''}: {sentence}.", problems=problems)
+    # `field` as the fleet's own checks name it: one rule, checked by the schema or in code, answers alike.
+    return bad_request(f"Invalid argument{'s' if len(problems) > 1 else ''}: {sentence}.",
+                       field=problems[0]["field"], problems=problems)
 
 
 def _field(loc: tuple) -> str:

@@ -79,6 +79,7 @@ class Settings(BaseSettings):
     max_users: int = Field(default=256, ge=1)
     stateless_http: bool | None = None
     rate_share: float = Field(default=0.5, gt=0, le=1)
+    read_only: bool = False
     # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
