@@ -95,7 +95,8 @@ class AgentList(BaseModel):
 class Task(BaseModel):
     message: str
     uri: str
-    state: str = Field(description="working, complete, failure or idle, as the agent reported")
+    state: str = Field(description="working, complete, failure or idle, as the agent reported; queued or "
+                                   "canceled in the answers of start_agent_task and cancel_agent_task")
     needs_user_attention: bool
     created_at: str
 
