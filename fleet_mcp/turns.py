@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from .coder import errors as ce
 from .drivers import Busy, Driver, DriverError, Live, NothingPending, NotSupported, TurnResult, Unreachable
-from .errors import bad_request, conflict, unavailable
+from .errors import FleetError, bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
 from .rules import PR_LINK, TASK, check_text, iso
 from .status import Snapshot, live_status
 
-__all__ = ["RESULT_CHARS", "Turns"]
+__all__ = ["RESULT_CHARS", "Turns", "refused"]
 
 RESULT_CHARS = 4_000
 _BUDGETS = {"error_max_turns": "Stopped: the turn reached the agent's max_turns budget.",
@@ -39,12 +40,8 @@ class Turns:
                 raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "
                                   "Try again.") from None
             queued = False
-        except Busy:
-            raise conflict(f"Agent {name!r} already has a running task.", status="busy") from None
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r}: {exc}", if_busy=if_busy) from None
+        except DriverError as exc:
+            raise refused(name, exc, if_busy=if_busy) from None
         queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
@@ -61,10 +58,8 @@ class Turns:
             await driver.interrupt()
         except (ce.Unavailable, ce.ServerError) as exc:
             lost = exc  # the answer was lost: whether it stopped is what the wait below finds out
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r} cannot be interrupted: {exc}", driver=driver.kind) from None
+        except (Unreachable, NotSupported) as exc:
+            raise refused(name, exc, driver=driver.kind) from None
         except DriverError:  # the turn ended between our look and the interrupt
             pass
 
@@ -109,10 +104,8 @@ class Turns:
             if live is None or live.state == "needs_input":  # still waiting: the answer did not land
                 raise unavailable(f"The answer did not reach agent {name!r} ({exc.message}); it still waits. "
                                   "Try again.") from None
-        except NothingPending:
-            raise bad_request(f"Agent {name!r} waits on no answer any more.") from None
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
+        except DriverError as exc:
+            raise refused(name, exc) from None
         after = live_status(Snapshot(snap.workspace, snap.params, *(await self.fleet.live(driver))), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, agent_status=after.value,  # type: ignore[arg-type]
                             message=f"Answered {decision!r}; the agent is {after.value}.")
@@ -139,6 +132,19 @@ class Turns:
                           text=said[-1].content if said else ended.message, is_error=ended.state == "failure",
                           finished_at=ended.created_at, pull_request_url=pr)
         return _outcome(name, turn, None, "agentapi")
+
+
+def refused(name: str, exc: DriverError, **details: Any) -> FleetError:
+    """What a driver's refusal means to the caller: the one wording of each driver error."""
+    if isinstance(exc, Busy):
+        return conflict(f"Agent {name!r} already has a running task.", status="busy")
+    if isinstance(exc, Unreachable):
+        return bad_request(f"Agent {name!r} is offline: {exc}")
+    if isinstance(exc, NothingPending):
+        return bad_request(f"Agent {name!r} waits on no answer any more.")
+    if isinstance(exc, NotSupported):
+        return bad_request(f"Agent {name!r} cannot do that: {exc}", **details)
+    return bad_request(f"Agent {name!r}: {exc}", **details)
 
 
 async def _landed(driver: Driver, text: str) -> bool:
