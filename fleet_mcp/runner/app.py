@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from .changes import PAGE_MAX, DiffRefused
 from .session import Conflict, Conversation
 
 __all__ = ["BODY_MAX", "build_app"]
@@ -56,6 +57,16 @@ class AnswerBody(BaseModel):
 
     decision: Literal["allow", "deny"]
     message: str = Field("", max_length=CONTENT_MAX)
+
+
+class DiffQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: Literal["task", "agent"] = "task"
+    path: str | None = Field(None, min_length=1, max_length=4096)
+    format: Literal["unified", "patch"] = "unified"
+    page: int = Field(1, ge=1, le=1_000_000)
+    page_size: int = Field(20, ge=1, le=PAGE_MAX)
 
 
 class EmptyBody(BaseModel):
@@ -126,6 +137,17 @@ def build_app(conversation: Conversation) -> Starlette:
     async def results(request: Request) -> JSONResponse:
         return JSONResponse({"results": [asdict(r) for r in c.saved.results]})
 
+    async def diff(request: Request) -> JSONResponse:
+        try:
+            q = DiffQuery.model_validate(dict(request.query_params))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise BadRequest(400, "bad_request", problems) from None
+        try:
+            return JSONResponse(await c.changes.diff(q.scope, q.path, q.format, q.page, q.page_size))
+        except DiffRefused as exc:
+            raise BadRequest(400, exc.code, str(exc)) from None
+
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, BadRequest)
         return _error(exc.status, exc.code, str(exc))
@@ -168,5 +190,6 @@ def build_app(conversation: Conversation) -> Starlette:
         Route("/answer", answer, methods=["POST"]),
         Route("/result", result, methods=["GET"]),
         Route("/results", results, methods=["GET"]),
+        Route("/diff", diff, methods=["GET"]),
     ], exception_handlers={BadRequest: bad_request, Conflict: conflict, HTTPException: http_error, Exception: crash},
         lifespan=lifespan)

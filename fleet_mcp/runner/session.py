@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import sdk
+from .changes import ChangeLog, line
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
 from .store import Message, Result, Saved, Store, now_iso
@@ -58,6 +59,7 @@ class Conversation:
         self.store = store
         self.reporter = reporter
         self.saved: Saved = store.load()
+        self.changes = ChangeLog(settings.workdir, settings.state_path.parent)
         self.state = "starting"
         self.since = now_iso()
         self.error: str | None = None
@@ -80,7 +82,15 @@ class Conversation:
                 "model": self.saved.model, "current_task": self.current_task,
                 "pending": self.pending.json() if self.pending else None, "error": self.error,
                 "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
-                "last_activity_at": self.last_activity_at}
+                "last_activity_at": self.last_activity_at, **self._last_turn_json()}
+
+    def _last_turn_json(self) -> dict:
+        """The last turn at a glance: how it ended, its cost, and a line on what it changed."""
+        last = self.saved.results[-1] if self.saved.results else None
+        outcome = None if last is None else "interrupted" if last.interrupted else "failed" if last.is_error \
+            else "succeeded"
+        return {"last_turn": outcome, "last_cost_usd": last.total_cost_usd if last else None,
+                "changes_summary": line(last.changes) if last else None}
 
     async def send(self, content: str, if_busy: str) -> bool:
         """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused."""
@@ -184,7 +194,15 @@ class Conversation:
 
     async def _read(self, client: Any) -> None:
         async for message in client.receive_messages():
-            self._on_message(message)
+            if sdk.is_result(message) and self.state in RUNNING:
+                await self._end_turn(self._result(message))
+            else:
+                self._on_message(message)
+
+    async def _end_turn(self, result: Result) -> None:
+        """Records what the turn changed in the repository (before anyone sees it idle), then ends it."""
+        result.changes, result.changes_unavailable = await self.changes.finish()
+        self._finish(result)
 
     async def _until_closing(self, task: asyncio.Task) -> bool:
         """Waits for `task` or `close()`; True (and `task` cancelled) when closing came first."""
@@ -214,13 +232,15 @@ class Conversation:
 
     async def _query(self, prompt: str) -> None:
         try:
+            await self.changes.begin()  # before Claude Code hears the prompt, so the start point is clean
             await self._client.query(prompt)
         except Exception as exc:  # noqa: BLE001 - the turn fails with a result instead of hanging
             log.warning("could not send the prompt to Claude Code: %s", type(exc).__name__)
             self._finish(Result(task=prompt, text=f"Could not send the prompt: {type(exc).__name__}", is_error=True,
                                 subtype="send_failed", num_turns=0, duration_ms=0, total_cost_usd=None,
                                 session_id=self.saved.session_id or "", started_at=self._started_at,
-                                finished_at=now_iso(), pull_request_url=None, interrupted=False))
+                                finished_at=now_iso(), pull_request_url=None, interrupted=False,
+                                changes_unavailable="the prompt did not reach Claude Code"))
 
     def _next(self) -> None:
         if self.state == "idle" and self.saved.queue and self._client is not None and not self._stopping:

@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 __all__ = ["MESSAGES_KEPT", "RESULTS_KEPT", "Message", "Result", "Saved", "Store", "now_iso"]
 
@@ -49,6 +50,9 @@ class Result:
     finished_at: str
     pull_request_url: str | None
     interrupted: bool
+    changes: dict | None = None  # what the turn changed in the repository (changes.py), or None and why
+    changes_unavailable: str | None = None
+    structured: Any = None  # the validated answer when the task asked for a result_schema
 
 
 @dataclass

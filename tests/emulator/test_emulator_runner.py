@@ -109,7 +109,7 @@ async def test_real_runners_follow_their_workspaces(conformance):
         await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "stop"})
         await until(lambda: _status(coder, ws["id"], "stopped"), "the stop build")
         await until(lambda: _true(gone(runner["pid"])), "the runner to exit")
-        assert (disk / "work" / ".fleet-runner" / "state.json").is_file()  # the disk stays
+        assert (disk / "home" / ".fleet-runner" / "state.json").is_file()  # the disk stays
 
         await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "start"})
 
