@@ -160,3 +160,6 @@ class AgentAPIDriver:
     async def results(self) -> list[TurnResult]:
         raise NotSupported("Turn results, cost and budgets need the runner; this agent runs on AgentAPI.")
 
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> None:
+        raise NotSupported("AgentAPI records no changes: diffs need the runner.")
+

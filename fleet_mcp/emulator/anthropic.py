@@ -176,13 +176,13 @@ def _instance(schema: dict):
         return schema["const"]
     if schema.get("enum"):
         return schema["enum"][0]
-    kind = schema.get("type")
-    kind = kind[0] if isinstance(kind, list) and kind else kind
+    declared = schema.get("type")
+    kind = str(declared[0] if isinstance(declared, list) and declared else declared)
     if kind == "object" or "properties" in schema:
         props = schema.get("properties") or {}
         return {k: _instance(v if isinstance(v, dict) else {}) for k, v in props.items()}
     if kind == "array":
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        items: dict = schema["items"] if isinstance(schema.get("items"), dict) else {}
         return [_instance(items) for _ in range(int(schema.get("minItems") or 0))]
     return {"string": "scripted", "integer": 1, "number": 1.5, "boolean": True, "null": None}.get(kind, "scripted")
 

@@ -252,8 +252,8 @@ def _commits(repo: str, start: str | None, end: str | None) -> tuple[list[dict],
 def diff_file(repo: str, base: str, tree: str, entry: Entry, binary_patch: bool) -> tuple[bytes, bool]:
     """One file's diff (with `--binary` for a patch), at most DIFF_FILE_MAX bytes; (text, truncated)."""
     paths = [entry.path] if entry.old_path is None else [entry.old_path, entry.path]
-    args: list[str | bytes] = ["diff-tree", "-p", *DIFF_FLAGS, *(["--binary"] if binary_patch else []), "--full-index", base, tree,
-            "--", *paths]
+    args: list[str | bytes] = ["diff-tree", "-p", *DIFF_FLAGS, *(["--binary"] if binary_patch else []),
+                               "--full-index", base, tree, "--", *paths]
     out = bytearray()
     for chunk in _stream(repo, *args, limit=DIFF_FILE_MAX):
         out += chunk
