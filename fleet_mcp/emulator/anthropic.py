@@ -42,6 +42,8 @@ __all__ = ["Reply", "Script", "messages_app", "script_for"]
 
 MARKER = re.compile(r"\[\[(finish|pr|fail|hang|permission|edit|commit|json)(?::([^\s]+?))?\]\](?!\])")
 PR_URL = "https://github.com/example/repo/pull/{}"
+# Texts Claude Code adds to a conversation itself: reminders, and its nudge towards StructuredOutput.
+ADDED = ("<system-reminder>", "[structured-output-enforce]", "[Request interrupted")
 STRUCTURED = "StructuredOutput"  # Claude Code's tool for an answer in a JSON Schema's shape
 REQUESTS_KEPT = 200
 PING_EVERY_S = 0.5
@@ -92,17 +94,14 @@ def _typed(content) -> list[str]:
     """The message's texts that are not reminders Claude Code adds."""
     texts = [content] if isinstance(content, str) else [
         b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
-    return [t for t in texts if isinstance(t, str) and not t.lstrip().startswith("<system-reminder>")]
+    return [t for t in texts if isinstance(t, str) and not t.lstrip().startswith(ADDED)]
 
 
 def _is_prompt(message: dict) -> bool:
     """A user message the person typed, not tool results or reminders Claude Code adds."""
     content = message.get("content")
-    if message.get("role") != "user":
-        return False
-    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
-        return False
-    return bool(_typed(content))
+    # A prompt sent after a failed turn comes merged into the message holding that turn's last tool results.
+    return message.get("role") == "user" and bool(_typed(content))
 
 
 def _tool_results_since(messages: list[dict]) -> tuple[str, list[dict]]:

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from .changes import PAGE_MAX, DiffRefused
 from .session import Conflict, Conversation
+from .typed import invalid_schema
 
 __all__ = ["BODY_MAX", "build_app"]
 
@@ -40,6 +41,14 @@ class MessageBody(BaseModel):
 
     content: str
     if_busy: Literal["reject", "queue", "interrupt"] = "reject"
+    result_schema: dict | None = None
+
+    @field_validator("result_schema")
+    @classmethod
+    def _a_schema(cls, value: dict | None) -> dict | None:
+        if value is not None and (why := invalid_schema(value)):
+            raise ValueError(why)
+        return value
 
     @field_validator("content")
     @classmethod
@@ -116,7 +125,7 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def message(request: Request) -> JSONResponse:
         body = await _body(request, MessageBody)
-        queued = await c.send(body.content, body.if_busy)
+        queued = await c.send(body.content, body.if_busy, body.result_schema)
         await c.reporter.delivered()  # Coder shows the agent working before the sender hears "accepted"
         return JSONResponse({"accepted": True, "queued": queued, "state": c.state_json()}, status_code=202)
 

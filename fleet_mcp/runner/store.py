@@ -68,7 +68,7 @@ class Saved:
     next_message_id: int = 1
     messages: list[Message] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
-    queue: list[str] = field(default_factory=list)
+    queue: list[str | dict] = field(default_factory=list)  # a task's text, or {content, result_schema}
 
 
 class Store:
@@ -101,7 +101,8 @@ class Store:
             next_message_id=int(raw.get("next_message_id") or 1),
             messages=[Message(**m) for m in raw.get("messages", [])],
             results=[Result(**r) for r in raw.get("results", [])],
-            queue=[str(q) for q in raw.get("queue", [])])
+            queue=[q if isinstance(q, dict) and isinstance(q.get("content"), str) else str(q)
+                   for q in raw.get("queue", [])])
 
     def save(self, saved: Saved) -> None:
         del saved.messages[:-MESSAGES_KEPT]
