@@ -12,7 +12,7 @@ from .errors import bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
-from .rules import PR_LINK, TASK, check_text, iso
+from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
 __all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "RESULT_CHARS", "Turns"]
@@ -31,14 +31,20 @@ class Turns:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
 
-    async def start(self, name: str, description: str, if_busy: str = "reject") -> TaskResult:
+    async def start(self, name: str, description: str, if_busy: str = "reject",
+                    result_schema: dict | None = None) -> TaskResult:
         check_text("task_description", description)
+        if result_schema is not None:
+            check_result_schema(result_schema)
         _, driver, live = await self.fleet.ready(name)
+        if result_schema is not None and driver.kind != "runner":
+            raise bad_request(f"Agent {name!r} runs on AgentAPI, which cannot give a typed answer: result_schema "
+                              "needs a runner agent.", field="result_schema", driver=driver.kind)
         if live.state in ("working", "needs_input") and if_busy == "reject":
             raise conflict(f"Agent {name!r} already has a running task. Wait for it (wait_for_agents), or send "
                            "with if_busy='queue' or 'interrupt'.", status="busy")
         try:
-            queued = await driver.send(description, if_busy)  # type: ignore[arg-type]
+            queued = await driver.send(description, if_busy, result_schema)  # type: ignore[arg-type]
         except (ce.Unavailable, ce.ServerError) as exc:
             if not await _landed(driver, description):
                 raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "

@@ -114,8 +114,9 @@ class Driver(Protocol):
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
-        """Send a task; True when it was queued rather than started. `Busy` when refused."""
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+        """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
+        started. `Busy` when refused."""
         ...
 
     async def interrupt(self) -> None:

@@ -143,9 +143,12 @@ class RunnerDriver:
         page: ConversationPage = await self._call("GET", "messages", ConversationPage)
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+        body: dict[str, Any] = {"content": text, "if_busy": if_busy}
+        if result_schema is not None:
+            body["result_schema"] = result_schema
         try:
-            sent: _Sent = await self._call("POST", "message", _Sent, {"content": text, "if_busy": if_busy})
+            sent: _Sent = await self._call("POST", "message", _Sent, body)
         except ce.Conflict as exc:
             raise Busy("The agent already has a running task.") from exc
         return sent.queued
