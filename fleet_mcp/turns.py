@@ -15,7 +15,7 @@ from .polling import poll_until
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
-__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "RESULT_CHARS", "Turns"]
+__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns"]
 
 RESULT_CHARS = 4_000
 FILES_SHOWN = 100  # of a turn's changed files in get_agent_result; files_total counts them all
