@@ -163,7 +163,7 @@ class Turns:
         except Unreachable as exc:
             raise self.fleet.not_ready(Snapshot(ws, params, None, str(exc)), "so its diff cannot be read") from None
         except DriverError as exc:
-            raise bad_request(f"Agent {name!r}: {exc}.", scope=scope) from None
+            raise bad_request(f"Agent {name!r}: {exc}.", scope=scope, **({"field": "path"} if path else {})) from None
         return AgentDiff(agent_name=name, scope=scope, page=page, pages=d.pages,  # type: ignore[arg-type]
                          files=[DiffFile(path=f.path, diff=f.diff, truncated=f.truncated, binary=f.binary, note=f.note)
                                 for f in d.files], patch=d.patch if fmt == "patch" else None,

@@ -269,6 +269,7 @@ class Conversation:
         if not self._switching and self._reader is not None:
             self._switching = True
             self._set_state("starting")
+            self.reporter.working(typed.content(self.saved.queue[0]))  # the task is under way: no wait ends here
             self._reader.cancel()
 
     def _on_message(self, message: Any) -> None:
