@@ -11,8 +11,8 @@ from .errors import FleetError
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
-    "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name", "check_result_schema", "check_text",
-    "iso", "paginate",
+    "RESULT_SCHEMA", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name", "check_result_schema",
+    "check_text", "iso", "paginate",
 ]
 
 # `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
@@ -27,6 +27,7 @@ FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
 # Declared by runner templates only: what the runner hands the Agent SDK.
 MODEL, MAX_TURNS, MAX_COST = "fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"
 RUNNER_PARAMETERS = (MODEL, MAX_TURNS, MAX_COST)
+RESULT_SCHEMA = "fleet_mcp_result_schema"  # optional, runner templates: the spec turn's result schema (JSON)
 FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
 BUILD_ACTIVE = ("pending", "running", "canceling")

@@ -108,13 +108,17 @@ async def create_agent(
                          ] = None,
     max_cost_usd: Annotated[float | None, Field(gt=0, description="Stop a task once it has cost this much in US "
                                                                   "dollars (runner)")] = None,
+    result_schema: Annotated[dict[str, Any] | None, Field(
+        description="A JSON Schema (at most 16 KiB) the spec's answer must fit, as start_agent_task's (runner "
+                    "projects whose template declares fleet_mcp_result_schema)")] = None,
     lifecycle: Lifecycle = Depends(lifecycle_of),
 ) -> CreatedAgent:
     """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
     workspace is up (a minute or two). The answer's status is `busy`; `workspace_status` tells the build.
     Refused with `conflict` when the fleet is at its cap."""
     return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
-                                  model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
+                                  model=model, max_turns=max_turns, max_cost_usd=max_cost_usd,
+                                  result_schema=result_schema)
 
 
 async def stop_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> ShownAgent:

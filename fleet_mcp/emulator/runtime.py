@@ -179,6 +179,7 @@ class Runners:
             "FLEET_RUNNER_MODEL": params.get("fleet_mcp_model", ""),
             "FLEET_RUNNER_MAX_TURNS": params.get("fleet_mcp_max_turns", ""),
             "FLEET_RUNNER_MAX_COST_USD": params.get("fleet_mcp_max_cost_usd", ""),
+            "FLEET_RUNNER_RESULT_SCHEMA": params.get("fleet_mcp_result_schema", ""),
             "FLEET_RUNNER_PORT": "0",
             "CODER_AGENT_URL": self.url or "",
             "CODER_AGENT_TOKEN": agent.auth_token,

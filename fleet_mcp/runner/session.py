@@ -165,7 +165,9 @@ class Conversation:
                     spec = self.settings.first_prompt()
                     if spec and not self.saved.session_id and not self.saved.spec_sent:
                         self.saved.spec_sent = True  # once: never again, even if this turn dies
-                        self.saved.queue.insert(0, spec)
+                        schema = self.settings.first_schema()
+                        self.saved.queue.insert(0, spec if schema is None else {"content": spec,
+                                                                               "result_schema": schema})
                     self._next()
                     # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
                     reader = self._reader = asyncio.create_task(self._read(client))

@@ -47,6 +47,27 @@ def test_an_answer_out_of_shape_or_in_text_fails_the_turn(tmp_path, api):
         assert prose["text"] == "The agent answered in text, not in result_schema's shape."
 
 
+def test_the_spec_turn_answers_in_the_schema_it_was_started_with(tmp_path, api):
+    import json
+
+    with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC="Judge the seed [[json]]",
+                        FLEET_RUNNER_RESULT_SCHEMA=json.dumps(VERDICT)) as runner:
+        runner.wait_turns(1)
+        assert runner.get("/result").json()["result"]["structured"] == {"verdict": "ship", "score": 1}
+
+
+def test_a_bad_spec_schema_stops_the_runner_at_start(tmp_path, api):
+    import subprocess
+    import sys
+
+    from runners import runner_env
+
+    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env=runner_env(tmp_path, api.url, FLEET_RUNNER_RESULT_SCHEMA='{"type": 5}'))
+    assert done.returncode == 2 and "FLEET_RUNNER_RESULT_SCHEMA" in done.stderr and not done.stdout
+
+
 def test_a_bad_result_schema_is_refused_and_changes_nothing(tmp_path, api):
     with runner_process(tmp_path, api.url) as runner:
         runner.wait_for(lambda s: s["state"] == "idle")

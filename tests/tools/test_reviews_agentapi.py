@@ -20,6 +20,9 @@ async def test_agentapi_agents_say_they_record_no_changes_and_refuse_typed_tasks
     typed = await tools.error("start_agent_task", agent_name="screen", task_description="Judge", result_schema=SCHEMA)
     assert typed["error"] == "bad_request" and typed["details"]["field"] == "result_schema"
     assert (await tools("show_agent", agent_name="screen"))["agent"]["status"] == "idle"  # nothing was sent
+    refused = await tools.error("create_agent", name="typed", project="fleet-demo", spec="Judge", result_schema=SCHEMA)
+    assert refused["error"] == "bad_request" and refused["details"]["field"] == "result_schema"
+    assert [a["name"] for a in (await tools("list_agents"))["agents"]] == ["screen"]  # nothing was created
 
 
 async def test_bad_diff_and_schema_input_is_refused_up_front(tools, emulator):

@@ -32,6 +32,8 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
                  "try-3": "Improve calc [[fail]]"}
         for name, spec in specs.items():
             await tools("create_agent", name=name, project="fleet-demo", spec=spec)
+        await tools("create_agent", name="judge", project="fleet-demo", spec="Judge calc [[json]]",
+                    result_schema=VERDICT)
         done = await tools("wait_for_agents", agent_names=list(specs), until=["idle", "failed"], **WAIT)
         assert sorted(done["met"]) == sorted(specs)
 
@@ -73,6 +75,10 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         assert (clone / "calc.py").read_text() == (work["try-1"] / "calc.py").read_text()
         one_file = await tools("show_agent_diff", agent_name="try-1", scope="agent", path="calc.py")
         assert one_file["patch"] is None and one_file["files"][0]["diff"] == diff["files"][0]["diff"]
+
+        await tools("wait_for_agents", agent_names=["judge"], **WAIT)
+        judged = await tools("get_agent_result", agent_name="judge")  # the spec's own turn, typed
+        assert judged["task"] == "Judge calc [[json]]" and judged["structured"] == {"verdict": "ship", "score": 1}
 
         typed = await tools("start_agent_task", agent_name="try-2", task_description="Judge [[json]]",
                             result_schema=VERDICT)
