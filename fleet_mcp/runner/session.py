@@ -156,18 +156,19 @@ class Conversation:
         while not self._closing.is_set():
             self._retry.clear()
             try:
+                spec = self.settings.first_prompt()
+                if spec and not self.saved.session_id and not self.saved.spec_sent:
+                    self.saved.spec_sent = True  # once: never again, even if this turn dies
+                    schema = self.settings.first_schema()
+                    self.saved.queue.insert(0, spec if schema is None else {"content": spec,
+                                                                           "result_schema": schema})
+                # Claude Code takes a result schema per session: connect with the next task's.
                 schema = typed.schema_of(self.saved.queue[0]) if self.saved.queue else None
                 options = sdk.options(self.settings, self.saved.session_id, self._can_use_tool, schema)
                 async with ClaudeSDKClient(options) as client:
                     self._client, self._schema = client, schema
                     self.error = None
                     self._set_state("idle")
-                    spec = self.settings.first_prompt()
-                    if spec and not self.saved.session_id and not self.saved.spec_sent:
-                        self.saved.spec_sent = True  # once: never again, even if this turn dies
-                        schema = self.settings.first_schema()
-                        self.saved.queue.insert(0, spec if schema is None else {"content": spec,
-                                                                               "result_schema": schema})
                     self._next()
                     # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
                     reader = self._reader = asyncio.create_task(self._read(client))
