@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 
 from .coder import errors as ce
 from .coder.client import Transition
@@ -12,8 +13,8 @@ from .errors import FleetError, bad_request, conflict, unexpected
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK, check_name,
-    check_text, valid_name,
+    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
+    check_name, check_result_schema, check_text, valid_name,
 )
 from .status import list_status
 
@@ -31,13 +32,15 @@ class Lifecycle:
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
-                     max_cost_usd: float | None = None) -> CreatedAgent:
+                     max_cost_usd: float | None = None, result_schema: dict | None = None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
+        if result_schema is not None:
+            check_result_schema(result_schema)
         catalog = self.fleet.catalog
         counting = asyncio.ensure_future(self._count())  # the cap's count goes along with the first lookup
         attempt = functools.partial(self._create, name, project, role, spec, counting, autostop_minutes, model,
-                                    max_turns, max_cost_usd)
+                                    max_turns, max_cost_usd, result_schema)
         try:
             # A listing of templates younger than the cache's TTL saves a request per create. Whatever it
             # may have wrong (a template pushed, renamed or removed since) is asked of Coder again before
@@ -51,7 +54,7 @@ class Lifecycle:
 
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
-                      max_cost_usd: float | None, *, cached: bool) -> CreatedAgent | None:
+                      max_cost_usd: float | None, result_schema: dict | None, *, cached: bool) -> CreatedAgent | None:
         """One try; with `cached`, None where what the cached listing said proves wrong (to be tried afresh)."""
         fleet, catalog = self.fleet, self.fleet.catalog
         # What the cached listing may have got wrong: a project it lacks, a version it lists since gone, or
@@ -78,6 +81,14 @@ class Lifecycle:
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
+        if result_schema is not None:
+            if RESULT_SCHEMA not in {p.name for p in params}:
+                if cached:
+                    return None
+                raise bad_request(f"Project {template.name!r} cannot take a result_schema: its template declares "
+                                  f"no {RESULT_SCHEMA} (runner templates do; AgentAPI ones cannot).",
+                                  field="result_schema")
+            values[RESULT_SCHEMA] = json.dumps(result_schema, separators=(",", ":"), ensure_ascii=False)
         ttl_ms = self._ttl_ms(template, autostop_minutes)
         try:
             ws = await fleet.builds.create(name, template.id, choice.preset_id, values, ttl_ms)

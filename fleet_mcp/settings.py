@@ -92,7 +92,8 @@ class Settings(BaseSettings):
     rate_share: float = Field(default=0.5, gt=0, le=1)
     read_only: bool = False
     # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="what the server logs on stderr: DEBUG, INFO, WARNING or ERROR (any case)")
 
     @field_validator("coder_url")
     @classmethod
