@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -102,7 +103,7 @@ class Turns:
                               field="decision")
         snap, _ = await self.fleet.snapshot(name)
         status = live_status(snap, self.fleet.slugs)
-        driver = self.fleet.driver(snap.workspace)
+        driver = snap.driver
         if driver is None or status.value != "needs_input":
             raise bad_request(f"Agent {name!r} is {status.value}: it waits on no answer.", status=status.value)
         if driver.kind == "runner" and decision.isdigit():
@@ -116,13 +117,14 @@ class Turns:
                                   "Try again.") from None
         except DriverError as exc:
             raise refused(name, exc) from None
-        after = live_status(Snapshot(snap.workspace, snap.params, *(await self.fleet.live(driver))), self.fleet.slugs)
+        live, unreachable = await self.fleet.live(driver)
+        after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, agent_status=after.value,  # type: ignore[arg-type]
                             message=f"Answered {decision!r}; the agent is {after.value}.")
 
     async def result(self, name: str) -> TurnOutcome:
         snap, messages = await self.fleet.snapshot(name, conversation=True)
-        driver = self.fleet.driver(snap.workspace)
+        driver = snap.driver
         if driver is None or snap.live is None:
             raise self.fleet.not_ready(snap, "so its result cannot be read")
         if driver.kind == "runner":
