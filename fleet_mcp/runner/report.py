@@ -77,8 +77,8 @@ class Reporter:
                  interrupted: bool = False) -> None:
         """A turn ended; `more` when a queued task starts at once, so no `idle` tells Coder the agent waits.
         An interrupted turn neither completed nor failed: an `idle` alone says so, as Coder's own reporter does
-        after an interrupt (and the fleet reads `interrupted`), even when a queued task follows."""
-        if interrupted:
+        after an interrupt (the fleet reads `interrupted`); with a queued task next it is a `failure` (no idle)."""
+        if interrupted and not more:
             self._put("idle", first_line(text) or "Interrupted", uri)
             return
         message = first_line(text) or ("Failed" if is_error else "Done")
