@@ -6,14 +6,15 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
+from .cap import Cap, Tally
 from .coder import errors as ce
 from .coder.client import Transition
 from .coder.schemas import RichParameter, Template, Workspace
-from .errors import FleetError, bad_request, conflict
+from .errors import FleetError, bad_request
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
+    MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_text,
 )
 from .status import Status
@@ -44,6 +45,7 @@ class Lifecycle:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.settings = fleet.settings
+        self.cap = Cap(fleet.client, fleet.builds, fleet.settings)
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
@@ -51,7 +53,7 @@ class Lifecycle:
         check_name(name)
         check_text("spec", spec)
         catalog = self.fleet.catalog
-        counting = asyncio.ensure_future(self._count())  # the cap's count goes along with the first lookup
+        counting = asyncio.ensure_future(self.cap.tally())  # the cap's count goes along with the first lookup
         try:
             # A listing of templates younger than the cache's TTL saves a request per create. Whatever it
             # may have wrong (a template pushed, renamed or removed since) is asked of Coder again before
@@ -65,7 +67,7 @@ class Lifecycle:
         finally:
             settle(counting)
 
-    async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
+    async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[Tally],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
                       max_cost_usd: float | None, *, cached: bool) -> CreatedAgent:
         """One try; with `cached`, whatever the cached listing got wrong raises `_Stale` instead of refusing."""
@@ -75,7 +77,7 @@ class Lifecycle:
                 template, params = await catalog.project(project, cached=cached)
         except FleetError as exc:
             raise bad_request(exc.message, **(exc.details or {})) from None
-        self._check_cap(await counting)
+        self.cap.check(await counting)
         with _stale_if(cached, ce.NotFound):
             choices = await catalog.role_choices(template, params)
         choice = next((c for c in choices if c.role.name == role), None)
@@ -93,22 +95,11 @@ class Lifecycle:
         except ce.Conflict:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
+        await self.cap.confirm(ws)  # a concurrent create (any replica) may have taken the last place
         agent = agent_answer(ws, values, Status("busy", since=ws.created_at), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")
-
-    def _check_cap(self, count: int) -> None:
-        cap = self.settings.max_agents
-        if cap and count >= cap:
-            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
-                           "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
-                           "running but still count), then create again.", agents=count, max_agents=cap)
-
-    async def _count(self) -> int:
-        if not self.settings.max_agents:
-            return 0
-        return (await self.fleet.client.workspaces(FLEET_QUERY, limit=1)).count
 
     def _ttl_ms(self, template: Template, minutes: int | None) -> int | None:
         chosen = minutes if minutes is not None else self.settings.autostop_minutes
