@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from .coder import errors as ce
@@ -9,7 +10,7 @@ from .drivers import Busy, Driver, DriverError, NothingPending, NotSupported, Tu
 from .errors import bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
-from .polling import poll_until
+from .polling import poll_until, until
 from .rules import PR_LINK, TASK, check_text, iso
 from .status import Snapshot, live_status
 
@@ -52,34 +53,68 @@ class Turns:
         return TaskResult(task=task, agent_status="busy", message=f"Task {said} to agent {name!r}.")
 
     async def cancel(self, name: str) -> TaskResult:
-        ws, driver, live = await self.fleet.ready(name)
+        """Interrupt the agent's turn and wait (bounded) for it to stop. Its state, the interrupt and the wait
+        share `cancel_wait_s` (the last look `last_probe_s` more), whatever the agent's routes do."""
+        fleet, settings = self.fleet, self.fleet.settings
+        ws, params = await fleet.find(name)
+        driver = fleet.driver(ws)
+        loop = asyncio.get_running_loop()
+        wait = settings.cancel_wait_s
+        end = loop.time() + wait
+        try:
+            async with until(end):
+                live, unreachable = await fleet.live(driver)
+        except TimeoutError:
+            raise unavailable(f"Agent {name!r} did not say within {wait:g} s whether it is working; no interrupt "
+                              "was sent. Try again.", interrupt_delivered=False) from None
+        if driver is None or live is None:
+            raise fleet.not_ready(Snapshot(ws, params, live, unreachable))
         if live.state not in ("working", "needs_input") and live.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
-        lost: ce.CoderError | None = None
+        lost: str | None = None  # why the interrupt's answer was lost, if it was
         try:
-            await driver.interrupt()
+            async with until(end):
+                await driver.interrupt()
+        except TimeoutError:
+            lost = f"no answer within {wait:g} s"
         except (ce.Unavailable, ce.ServerError) as exc:
-            lost = exc  # the answer was lost: whether it stopped is what the wait below finds out
+            lost = exc.message  # whether it stopped is what the wait below finds out
         except Unreachable as exc:
             raise bad_request(f"Agent {name!r} is offline: {exc}") from None
         except NotSupported as exc:
             raise bad_request(f"Agent {name!r} cannot be interrupted: {exc}", driver=driver.kind) from None
         except DriverError:  # the turn ended between our look and the interrupt
             pass
+        seen: list[str] = []  # the states the wait read
 
         async def stopped() -> bool | None:
-            return True if (await driver.live()).state not in ("working", "needs_input") else None
+            try:
+                state = (await driver.live()).state
+            except (ce.Unavailable, ce.ServerError, ce.AppProxyError, DriverError):
+                return None  # not known yet: asked again until the wait ends
+            seen.append(state)
+            return True if state not in ("working", "needs_input") else None
 
-        settings = self.fleet.settings
-        settled = await poll_until(stopped, timeout_s=settings.cancel_wait_s, interval_s=settings.poll_interval_s)
+        settled = await poll_until(stopped, timeout_s=max(0.0, end - loop.time()),
+                                   interval_s=settings.poll_interval_s)
         if not settled and lost is not None:
-            raise unavailable(f"The interrupt did not take ({lost.message}): agent {name!r} is still working. "
-                              "Try again.")
-        statuses = await self.fleet.statuses(await self.fleet.client.workspace(ws.id))
+            if seen:
+                raise unavailable(f"The interrupt did not take ({lost}): agent {name!r} is still working. Try "
+                                  "again.", interrupt_delivered=False)
+            raise unavailable(f"Whether the interrupt reached agent {name!r} is not known: its answer was lost "
+                              f"({lost}) and the agent's state could not be read within {wait:g} s. Check with "
+                              "show_agent before cancelling again.", interrupt_delivered=None)
+        statuses = await fleet.statuses(await fleet.client.workspace(ws.id))
         last = statuses[0] if statuses else None
         task = Task(message=(last.message if last and last.message else "Task") + " - canceled",
                     uri=last.uri if last else "", state="idle", needs_user_attention=False, created_at=_now())
-        message = "Task canceled." if settled else "Interrupt sent; the agent has not stopped yet."
+        if settled:
+            message = "Task canceled."
+        elif seen:
+            message = "Interrupt delivered; the agent has not stopped yet."
+        else:
+            message = (f"Interrupt delivered; whether the agent stopped is not known (its state could not be read "
+                       f"within {wait:g} s). Check with show_agent.")
         return TaskResult(task=task, agent_status="idle" if settled else "busy", message=message)
 
     async def answer(self, name: str, decision: str, message: str = "") -> AnswerResult:
