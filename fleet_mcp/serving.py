@@ -55,12 +55,13 @@ def _ignore_late_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-async def serve_stdio(server: FastMCP, grace: float = GRACE_S) -> None:
-    """Serve MCP on stdin/stdout (FastMCP's own runner) until stdin ends or a signal stops it, gracefully."""
+async def serve_stdio(server: FastMCP, grace: float = GRACE_S, stopping: asyncio.Event | None = None) -> None:
+    """Serve MCP on stdin/stdout (FastMCP's own runner) until stdin ends or a signal stops it, gracefully;
+    `stopping` is set as the stop begins."""
     from .stdio import StdioGate
 
     loop = asyncio.get_running_loop()
-    gate = StdioGate(loop)
+    gate = StdioGate(loop, stopping)
     with _on_signals(loop, lambda sig: gate.stop(f"{signal.Signals(sig).name} received")), gate.installed():
         ender = asyncio.create_task(gate.end_input_when_drained(grace))
         try:
@@ -72,12 +73,12 @@ async def serve_stdio(server: FastMCP, grace: float = GRACE_S) -> None:
 # --- HTTP ----------------------------------------------------------------------------
 
 async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socket.socket,
-                     grace: float = GRACE_S, fd_limit: int = 1024) -> None:
+                     grace: float = GRACE_S, fd_limit: int = 1024, stopping: asyncio.Event | None = None) -> None:
     """Serve streamable HTTP at /mcp on `sock` (bound to `host`) until a signal stops the server gracefully.
 
     Connections are guarded (`connections.ConnectionGuard`): idle and half-sent ones time out, at most
     `FLEET_MCP_HTTP_MAX_CONNECTIONS` (and `fd_limit` minus a headroom) are open, loop errors such as
-    failed accepts are logged once per interval with a count.
+    failed accepts are logged once per interval with a count. `stopping` is set as the stop begins.
     """
     import math
 
@@ -109,6 +110,8 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                                       signal.Signals(sig).name)
             super().handle_exit(sig, frame)
             loop.call_soon_threadsafe(drain.start)
+            if stopping is not None:
+                loop.call_soon_threadsafe(stopping.set)
 
         def hurry(self) -> None:
             log.warning("second signal: cancelling %d request(s) in flight", len(self.server_state.tasks))
