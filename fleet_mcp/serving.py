@@ -9,9 +9,13 @@ signal stops waiting for the calls in flight.
   signal, or once the client closes stdin, no new line is handed to the server;
   once every request handed on has been answered (or the grace is over) the
   server sees the end of its input and leaves as usual.
-- HTTP: uvicorn, with its own signal handling made to drain first: GET streams
-  (which only wait for server messages) end, new requests get 503, and uvicorn
-  waits up to `GRACE_S` for the requests in flight before the lifespan ends.
+- HTTP: uvicorn, with its own signal handling made to drain first: the socket
+  stops listening at once (new connections are refused, so a balancer sends
+  them to another replica), GET streams (which only wait for server messages)
+  end, requests on connections already open get 503, and uvicorn waits up to
+  `GRACE_S` for the requests in flight before the lifespan ends.
+- Both: waits in flight (`wait_for_agents`) answer `unavailable` at once with
+  a hint to wait again, rather than holding the stop or being cut.
 """
 
 from __future__ import annotations
@@ -109,9 +113,16 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
             loop.call_soon_threadsafe(log.info, "%s received: finishing the requests in flight, then stopping",
                                       signal.Signals(sig).name)
             super().handle_exit(sig, frame)
+            # Refused connections first (a balancer then sends new requests elsewhere, as it may for a request
+            # no replica received), then the drain and the waits cut short, whose callers ask again.
+            loop.call_soon_threadsafe(self.stop_listening)
             loop.call_soon_threadsafe(drain.start)
             if stopping is not None:
                 loop.call_soon_threadsafe(stopping.set)
+
+        def stop_listening(self) -> None:
+            for listener in getattr(self, "servers", []):
+                listener.close()
 
         def hurry(self) -> None:
             log.warning("second signal: cancelling %d request(s) in flight", len(self.server_state.tasks))

@@ -6,6 +6,7 @@ It imports neither fleet_mcp nor pytest: the benchmark measures the fleet only t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -238,6 +239,29 @@ def nginx_process(tmp_path: Path, site: str, upstreams: list[int]) -> Iterator[s
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc, signal.SIGQUIT)  # nginx's graceful stop
+
+
+def audit_lines(path: Path) -> list[dict]:
+    """The records of a server's audit log (FLEET_MCP_AUDIT_LOG), none if it has none."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def pid_with_port(port: int, pids: list[int]) -> int | None:
+    """Which of `pids` holds the TCP socket whose local port is `port` (read from /proc), if one does."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in list(f)[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                        return pid
+    return None
 
 
 def cpu_seconds(pid: int) -> float:
