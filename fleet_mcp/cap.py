@@ -80,7 +80,7 @@ class Cap:
         cap = self.settings.max_agents
         if not cap or tally.agents < cap:
             return
-        leaving = (f" ({tally.leaving} more being deleted no longer count)" if tally.leaving else "")
+        leaving = f", not counting {tally.leaving} being deleted" if tally.leaving else ""
         details = {"agents": tally.agents, "max_agents": cap} | ({"being_deleted": tally.leaving} if tally.leaving
                                                                   else {})
         raise conflict(f"The fleet has {tally.agents} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}){leaving}. Delete "

@@ -119,7 +119,7 @@ class Waits:
             return
         raise unavailable(f"This server is stopping (a restart or a redeploy) and ended the wait after {waited:.0f} "
                           "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
-                          "restarted, answers it.", retry=True, waited_s=round(waited, 2))
+                          "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
     def _waited(self, name: str, ws: Workspace | None, until: set[str]) -> WaitedAgent:
         if ws is None:

@@ -211,7 +211,7 @@ def test_waits_cut_by_a_rolling_restart_all_get_an_answer(tmp_path, capsys):
               f"{sum(isinstance(a, Exception) for a in firsts + finals)}; replica a exit {exit_code} in "
               f"{stopped_in:.2f} s")
     assert all(isinstance(a, dict) for a in firsts), firsts
-    assert all(a.get("timed_out") is True or (a["error"] == "unavailable" and a["details"]["retry"] is True)
+    assert all(a.get("timed_out") is True or (a["error"] == "unavailable" and a["details"]["retry_after_s"] == 1)
                for a in firsts), firsts
     assert cut, "no wait was on the replica stopped"
     assert all(isinstance(a, dict) and a.get("timed_out") is True for a in finals), [repr(a) for a in finals]  # each retry served

@@ -253,6 +253,6 @@ async def test_stdio_a_wait_cut_by_shutdown_answers_unavailable_with_a_retry_hin
     assert result["isError"], result
     envelope = json.loads(result["content"][0]["text"])
     assert envelope["error"] == "unavailable" and "wait_for_agents again" in envelope["message"], envelope
-    assert envelope["details"]["retry"] is True
+    assert envelope["details"]["retry_after_s"] == 1
     assert answered < 2, answered
     check_stopped(code, (tmp_path / "stderr.log").read_text(), signal.SIGTERM, signalled_at)

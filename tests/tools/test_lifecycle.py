@@ -117,7 +117,7 @@ async def test_agents_being_deleted_do_not_count_against_the_cap(emulator, confo
         refused = await tools.error("create_agent", name="more", project="fleet-demo", spec=SPEC)
         assert refused["error"] == "conflict"
         assert refused["details"] == {"agents": 2, "max_agents": 2, "being_deleted": 1}
-        assert "1 more being deleted" in refused["message"]
+        assert "not counting 1 being deleted" in refused["message"]
 
 
 async def test_budgets_need_a_runner_project(tools):
