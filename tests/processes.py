@@ -169,14 +169,15 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 
 @contextmanager
 def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1",
-                command: list[str] | None = None,
-                file_limit: tuple[int, int | None] | None = None) -> Iterator[Running]:
+                command: list[str] | None = None, file_limit: tuple[int, int | None] | None = None,
+                port: int | None = None) -> Iterator[Running]:
     """An HTTP MCP server on a free port, answering before this yields; stopped (SIGTERM) after.
 
     By default `fleet-mcp --emulator --transport http`; `command` replaces `fleet-mcp --emulator` (it must
-    take `--transport http --host H --port P` too); `file_limit` lowers its open-file limits.
+    take `--transport http --host H --port P` too); `file_limit` lowers its open-file limits; `port` is a free
+    one unless given.
     """
-    port = free_port()
+    port = port or free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
         full = [*(command or [*SERVER, "--emulator"]), "--transport", "http", "--host", host, "--port", str(port),
@@ -191,11 +192,11 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, h
         stop(proc)
 
 
-def per_user_server(tmp_path: Path, coder_url: str, *args: str, **settings: str):
+def per_user_server(tmp_path: Path, coder_url: str, *args: str, port: int | None = None, **settings: str):
     """`fleet-mcp --transport http` in per-user mode (FLEET_MCP_AUTH=coder) against `coder_url`, no server token,
     its audit log at tmp_path/audit-<port>.jsonl unless `settings` names one (FLEET_MCP_AUDIT_LOG)."""
     env = clean_env(CODER_URL=coder_url, FLEET_MCP_AUTH="coder", **settings)
-    return http_server(tmp_path, *args, env=env, command=fleet_command())
+    return http_server(tmp_path, *args, env=env, command=fleet_command(), port=port)
 
 
 NGINX_MAIN = """worker_processes 1;

@@ -19,7 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from processes import audit_lines, nginx_binary, nginx_process, per_user_server, pid_with_port, stop
+from processes import (
+    Running, audit_lines, free_port, nginx_binary, nginx_process, per_user_server, pid_with_port,
+)
 from support import TOKEN, Tools, http_tools
 
 from fleet_mcp.emulator import Emulator
@@ -108,18 +110,20 @@ def prepare(emulator: Emulator) -> None:
     b.time_per_request = 0.2  # polls see time move
 
 
-async def kill_in_flight(base: str, tool: str, hold: HoldAnswer, replicas: list) -> object:
-    """Call `tool` through nginx; once its write is done and held, SIGKILL the replica that made it."""
+async def kill_in_flight(base: str, tool: str, hold: HoldAnswer, replicas: list) -> tuple[object, int]:
+    """Call `tool` through nginx; once its write is done and held, SIGKILL the replica that made it. What the
+    caller got, and which replica was killed."""
     async with http_tools(base + "/mcp", TOKEN) as client:
         call = asyncio.create_task(Tools(client)(tool, **WRITES[tool][0]))
         port = await asyncio.to_thread(hold.held.get, True, 30)
         pid = pid_with_port(port, [r.proc.pid for r in replicas])
         assert pid is not None, f"no replica holds port {port}"
-        next(r for r in replicas if r.proc.pid == pid).proc.kill()
+        killed = next(n for n, r in enumerate(replicas) if r.proc.pid == pid)
+        replicas[killed].proc.kill()
         try:
-            return await asyncio.wait_for(call, 30)
+            return await asyncio.wait_for(call, 30), killed
         except Exception as exc:  # noqa: BLE001 - what the caller gets is what this test looks at
-            return exc
+            return exc, killed
 
 
 def test_a_replica_killed_with_each_write_in_flight_writes_at_most_once(tmp_path, capsys):
@@ -130,24 +134,28 @@ def test_a_replica_killed_with_each_write_in_flight_writes_at_most_once(tmp_path
     close = in_background(emulator)
     got: dict[str, tuple[int, object, int]] = {}  # tool: (writes done, what the caller got, calls served)
     try:
-        for tool, (_, write, _) in WRITES.items():
-            with ExitStack() as stack:
-                here = tmp_path / tool
-                replicas = []
-                for name in ("a", "b"):
-                    (here / name).mkdir(parents=True)
-                    replicas.append(stack.enter_context(per_user_server(
-                        here / name, emulator.url, FLEET_MCP_MAX_AGENTS="0",
-                        FLEET_MCP_AUDIT_LOG=str(here / name / "audit.jsonl"))))
-                base = stack.enter_context(nginx_process(here, SITE.read_text(), [r.port for r in replicas]))
-                hold.arm(*write)
-                answer = asyncio.run(kill_in_flight(base, tool, hold, replicas))
-                time.sleep(0.5)  # a replay would have reached the emulator by now (none must)
-                hold.route = None
-                for r in replicas:
-                    stop(r.proc)
-                served = [line for name in ("a", "b") for line in audit_lines(here / name / "audit.jsonl")]
-                got[tool] = (hold.writes, answer, sum(line["tool"] == tool for line in served))
+        with ExitStack() as stack:
+            ports, logs = [free_port(), free_port()], []
+
+            def replica(port: int) -> Running:  # a fresh replica on that port
+                here = tmp_path / f"replica-{len(logs)}"
+                here.mkdir()
+                logs.append(here / "audit.jsonl")
+                return stack.enter_context(per_user_server(here, emulator.url, port=port, FLEET_MCP_MAX_AGENTS="0",
+                                                           FLEET_MCP_AUDIT_LOG=str(logs[-1])))
+
+            replicas = [replica(port) for port in ports]
+            for tool, (_, write, _) in WRITES.items():
+                (tmp_path / tool).mkdir()
+                # A fresh nginx for each tool: none remembers a replica as failed, so each may replay the call.
+                with nginx_process(tmp_path / tool, SITE.read_text(), ports) as base:
+                    hold.arm(*write)
+                    answer, killed = asyncio.run(kill_in_flight(base, tool, hold, replicas))
+                    time.sleep(0.5)  # a replay would have reached the emulator by now (none must)
+                    hold.route = None
+                served = sum(line["tool"] == tool for log in logs for line in audit_lines(log))
+                got[tool] = (hold.writes, answer, served)
+                replicas[killed] = replica(ports[killed])
     finally:
         close()
     with capsys.disabled():
