@@ -83,7 +83,8 @@ class Cap:
         leaving = f", not counting {tally.leaving} being deleted" if tally.leaving else ""
         details = {"agents": tally.agents, "max_agents": cap} | ({"being_deleted": tally.leaving} if tally.leaving
                                                                   else {})
-        raise conflict(f"The fleet has {tally.agents} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}){leaving}. Delete "
+        agents = "1 agent" if tally.agents == 1 else f"{tally.agents} agents"
+        raise conflict(f"The fleet has {agents}, its cap (FLEET_MCP_MAX_AGENTS={cap}){leaving}. Delete "
                        "agents that are done (list_agents shows each one's last_activity_at; stopped ones cost "
                        "nothing running but still count), then create again.", **details)
 

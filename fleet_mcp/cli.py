@@ -40,6 +40,7 @@ settings (environment or .env):
   FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
   FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
   FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
+  FLEET_MCP_LOG_LEVEL            DEBUG, INFO (default), WARNING or ERROR: what the server logs on stderr
 
 exit codes:
   0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
@@ -66,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1",
                         help="HTTP bind address; off loopback: FLEET_MCP_AUTH_TOKEN or FLEET_MCP_AUTH=coder")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
+    parser.add_argument("--read-only", action="store_true",
+                        help="serve only the tools that change nothing (as FLEET_MCP_READ_ONLY=true)")
     parser.add_argument("--emulator", action="store_true",
                         help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
     parser.add_argument("--agent-runtime", dest="emulator_runtime", default="agentapi",
@@ -107,7 +110,13 @@ def _emulator(args: argparse.Namespace) -> int:
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:  # as the server says it: one line, exit 2
+        from .listener import bind_failure
+
+        print(f"fleet-mcp emulator: {bind_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 2
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     emulator.url = f"http://{url_host}:{port}"
@@ -130,6 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .preflight import StartupError, check_coder, load_settings
 
     fd_limit = raise_fd_limit()
+    overrides = {"read_only": True} if args.read_only else {}
     transport = None
     sock = None
     stop_emulator: Callable[[], None] | None = None
@@ -142,7 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
             # Runners report to the emulator over HTTP, so it serves on a loopback socket of its own.
             emulator = Emulator(virtual=False, timings=REAL_TIME, agent_runtime="runner")
             stop_emulator = in_background(emulator)
-            settings = load_settings(coder_url=emulator.url, coder_session_token=emulator.token)
+            settings = load_settings(coder_url=emulator.url, coder_session_token=emulator.token, **overrides)
         elif args.emulator:
             import httpx
 
@@ -150,10 +160,12 @@ def _serve(args: argparse.Namespace) -> int:
 
             emulator = Emulator(virtual=False, timings=REAL_TIME)
             transport = httpx.ASGITransport(app=emulator.app)
-            settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
+            settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token,
+                                     **overrides)
         else:
-            settings = load_settings()
-        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+            settings = load_settings(**overrides)
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+                   settings.log_level)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")
@@ -192,7 +204,7 @@ def _serve(args: argparse.Namespace) -> int:
         if sock is not None:
             asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit, stopping=stopping))
         else:
-            asyncio.run(serve_stdio(server, stopping=stopping))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level, stopping=stopping))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it

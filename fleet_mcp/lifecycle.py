@@ -17,7 +17,7 @@ from .rules import (
     MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_text,
 )
-from .status import Status
+from .status import list_status
 
 __all__ = ["Lifecycle"]
 
@@ -96,7 +96,8 @@ class Lifecycle:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
         await self.cap.confirm(ws)  # a concurrent create (any replica) may have taken the last place
-        agent = agent_answer(ws, values, Status("busy", since=ws.created_at), spec, [])
+        # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
+        agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")

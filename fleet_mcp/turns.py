@@ -6,7 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from .coder import errors as ce
-from .drivers import Busy, Driver, DriverError, NothingPending, NotSupported, TurnResult, Unreachable
+from .drivers import Busy, Driver, DriverError, Live, NothingPending, NotSupported, TurnResult, Unreachable
 from .errors import bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
@@ -49,8 +49,9 @@ class Turns:
         queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
-        said = "queued; it starts when the current turn ends" if queued else "sent"
-        return TaskResult(task=task, agent_status="busy", message=f"Task {said} to agent {name!r}.")
+        said = (f"Task queued for agent {name!r}; it starts when the current turn ends." if queued
+                else f"Task sent to agent {name!r}.")
+        return TaskResult(task=task, agent_status="busy", message=said)
 
     async def cancel(self, name: str) -> TaskResult:
         """Interrupt the agent's turn and wait (bounded) for it to stop. Its state, the interrupt and the wait
@@ -63,13 +64,13 @@ class Turns:
         end = loop.time() + wait
         try:
             async with until(end):
-                live, unreachable = await fleet.live(driver)
+                before, unreachable = await fleet.live(driver)
         except TimeoutError:
             raise unavailable(f"Agent {name!r} did not say within {wait:g} s whether it is working; no interrupt "
                               "was sent. Try again.", interrupt_delivered=False) from None
-        if driver is None or live is None:
-            raise fleet.not_ready(Snapshot(ws, params, live, unreachable))
-        if live.state not in ("working", "needs_input") and live.can_interrupt:
+        if driver is None or before is None:
+            raise fleet.not_ready(Snapshot(ws, params, before, unreachable))
+        if before.state not in ("working", "needs_input") and before.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
         lost: str | None = None  # why the interrupt's answer was lost, if it was
         try:
@@ -87,17 +88,18 @@ class Turns:
             pass
         seen: list[str] = []  # the states the wait read
 
-        async def stopped() -> bool | None:
+        async def stopped() -> Live | None:
             try:
-                state = (await driver.live()).state
+                live = await driver.live()
             except (ce.Unavailable, ce.ServerError, ce.AppProxyError, DriverError):
                 return None  # not known yet: asked again until the wait ends
-            seen.append(state)
-            return True if state not in ("working", "needs_input") else None
+            seen.append(live.state)
+            # A queued task starts as soon as the interrupted turn ends: a turn counted since is that end.
+            ended = live.turns is not None and before.turns is not None and live.turns > before.turns
+            return live if ended or live.state not in ("working", "needs_input") else None
 
-        settled = await poll_until(stopped, timeout_s=max(0.0, end - loop.time()),
-                                   interval_s=settings.poll_interval_s)
-        if not settled and lost is not None:
+        after = await poll_until(stopped, timeout_s=max(0.0, end - loop.time()), interval_s=settings.poll_interval_s)
+        if after is None and lost is not None:
             if seen:
                 raise unavailable(f"The interrupt did not take ({lost}): agent {name!r} is still working. Try "
                                   "again.", interrupt_delivered=False)
@@ -105,17 +107,22 @@ class Turns:
                               f"({lost}) and the agent's state could not be read within {wait:g} s. Check with "
                               "show_agent before cancelling again.", interrupt_delivered=None)
         statuses = await fleet.statuses(await fleet.client.workspace(ws.id))
-        last = statuses[0] if statuses else None
-        task = Task(message=(last.message if last and last.message else "Task") + " - canceled",
-                    uri=last.uri if last else "", state="idle", needs_user_attention=False, created_at=_now())
-        if settled:
+        said = next((s for s in statuses if s.state == "working" and s.message), None)
+        interrupted = before.current_task or (said.message if said else "") or "Task"
+        task = Task(message=f"{interrupted} - canceled", uri=said.uri if said else "", state="canceled",
+                    needs_user_attention=False, created_at=_now())
+        if after is not None:
             message = "Task canceled."
         elif seen:
             message = "Interrupt delivered; the agent has not stopped yet."
         else:
             message = (f"Interrupt delivered; whether the agent stopped is not known (its state could not be read "
                        f"within {wait:g} s). Check with show_agent.")
-        return TaskResult(task=task, agent_status="idle" if settled else "busy", message=message)
+        if driver.kind == "runner":  # only the runner queues: say what became of the queue
+            message += (f" Queued tasks survive a cancel: {_queued(before.queued)} now runs (cancel_agent_task "
+                        "again to stop it too)." if before.queued else " No task was queued.")
+        busy = after is None or after.state in ("working", "needs_input")
+        return TaskResult(task=task, agent_status="busy" if busy else "idle", message=message)
 
     async def answer(self, name: str, decision: str, message: str = "") -> AnswerResult:
         if decision not in ("allow", "deny") and not (decision.isdigit() and len(decision) <= 2):
@@ -187,6 +194,10 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> T
                        num_turns=turn.num_turns,
                        duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
                        finished_at=iso(turn.finished_at), driver=driver)  # type: ignore[arg-type]
+
+
+def _queued(count: int) -> str:
+    return "the queued task" if count == 1 else f"the first of the {count} queued tasks"
 
 
 def _now() -> str:
