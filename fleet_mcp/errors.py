@@ -85,8 +85,7 @@ def from_coder(exc: ce.CoderError) -> FleetError:
         return unavailable(f"{who} sent an answer the fleet does not read: {exc.message}.", cause=exc.cause,
                            **({"agent_name": exc.agent} if exc.agent else {}))
     if isinstance(exc, ce.Unavailable) and exc.cause in ("refused", "dns", "tls"):
-        kind: netcause.Kind = exc.cause  # type: ignore[assignment]
-        return unavailable(f"Coder cannot be reached ({exc.message}): {netcause.fix(kind)}", cause=kind)
+        return unavailable(f"Coder cannot be reached ({exc.message}): {netcause.fix(exc.cause)}", cause=exc.cause)
     if isinstance(exc, ce.PathAppsDisabled):
         return unavailable("Path-based apps are disabled on this Coder deployment; the agent can only be "
                            "reached through subdomain apps.")
