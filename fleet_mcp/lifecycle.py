@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Iterator
 
 from .cap import Cap, Tally
@@ -14,8 +15,8 @@ from .errors import FleetError, bad_request
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
-    check_name, check_text,
+    MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
+    check_name, check_result_schema, check_text,
 )
 from .status import list_status
 
@@ -49,9 +50,11 @@ class Lifecycle:
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
-                     max_cost_usd: float | None = None) -> CreatedAgent:
+                     max_cost_usd: float | None = None, result_schema: dict | None = None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
+        if result_schema is not None:
+            check_result_schema(result_schema)
         catalog = self.fleet.catalog
         counting = asyncio.ensure_future(self.cap.tally())  # the cap's count goes along with the first lookup
         try:
@@ -61,15 +64,15 @@ class Lifecycle:
             if catalog.listing_cached():
                 with contextlib.suppress(_Stale):
                     return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
-                                              max_cost_usd, cached=True)
+                                              max_cost_usd, result_schema, cached=True)
             return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
-                                      max_cost_usd, cached=False)
+                                      max_cost_usd, result_schema, cached=False)
         finally:
             settle(counting)
 
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[Tally],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
-                      max_cost_usd: float | None, *, cached: bool) -> CreatedAgent:
+                      max_cost_usd: float | None, result_schema: dict | None, *, cached: bool) -> CreatedAgent:
         """One try; with `cached`, whatever the cached listing got wrong raises `_Stale` instead of refusing."""
         fleet, catalog = self.fleet, self.fleet.catalog
         try:
@@ -88,6 +91,14 @@ class Lifecycle:
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
+        if result_schema is not None:
+            if RESULT_SCHEMA not in {p.name for p in params}:
+                if cached:
+                    raise _Stale
+                raise bad_request(f"Project {template.name!r} cannot take a result_schema: its template declares "
+                                  f"no {RESULT_SCHEMA} (runner templates do; AgentAPI ones cannot).",
+                                  field="result_schema")
+            values[RESULT_SCHEMA] = json.dumps(result_schema, separators=(",", ":"), ensure_ascii=False)
         try:
             with _stale_if(cached, ce.BadRequest, ce.NotFound):  # Coder refuses what the listing led to
                 ws = await fleet.builds.create(name, template.id, choice.preset_id, values,

@@ -185,7 +185,10 @@ class Waits:
         asked = [m.content for m in messages or [] if m.role == "user"]
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                            current_task=(asked[-1] if asked and messages is not None else task),
-                           problem=status.problem, latest_output=_preview(messages))
+                           problem=status.problem, latest_output=_preview(messages),
+                           last_turn=(live.last_turn if live and live.last_turn else status.last_turn),  # type: ignore[arg-type]
+                           cost_usd=live.last_cost_usd if live else None,
+                           changes_summary=live.changes_summary if live else None)
 
     async def _details(self, driver: Driver) -> Details:
         """(live state, why the agent could not be reached, conversation) as a glance needs them."""

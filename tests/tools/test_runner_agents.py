@@ -7,40 +7,11 @@ test walks a whole story.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-
-import httpx
 import pytest
-from fastmcp import Client
-from runners import needs_sdk
-from support import TOKEN, CheckedTransport, Tools, fleet_settings
-
-from fleet_mcp.emulator import REAL_TIME, Emulator
-from fleet_mcp.emulator.app import running
-from fleet_mcp.server import build_server
+from runners import disk, needs_sdk, runner_fleet
 
 pytestmark = needs_sdk
 WAIT = {"timeout_s": 90}
-
-
-@asynccontextmanager
-async def runner_fleet(conformance, **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
-    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner."""
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner")
-    async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
-                                                           timeout=30) as coder:
-        transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
-        server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
-                                             cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
-        async with Client(server) as client:
-            yield Tools(client), coder
-
-
-async def disk(coder: httpx.AsyncClient, name: str) -> Path:
-    """The agent's workspace directory, where Claude Code works."""
-    return Path((await coder.get(f"/emulator/agents/{name}/runner")).json()["directory"]) / "work"
 
 
 async def test_a_runner_agent_through_its_turns(conformance):
