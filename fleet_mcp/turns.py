@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 from datetime import UTC, datetime
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 from .coder import errors as ce
 from .drivers import Busy, Driver, DriverError, Live, NothingPending, NotSupported, TurnResult, Unreachable
 from .errors import bad_request, conflict, unavailable
-from .fleet import Fleet
+from .drivers import same_reach
+from .fleet import Fleet, quietly, settle
 from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
@@ -129,12 +131,23 @@ class Turns:
                             message=f"Answered {decision!r}; the agent is {after.value}.")
 
     async def result(self, name: str) -> TurnOutcome:
-        snap, messages = await self.fleet.snapshot(name, conversation=True)
-        driver = self.fleet.driver(snap.workspace)
-        if driver is None or snap.live is None:
-            raise self.fleet.not_ready(snap, "so its result cannot be read")
+        # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
+        # turn's changes and typed answer): one round trip, used only if the workspace still says that address.
+        known = self.fleet.remembered(name)
+        early = asyncio.ensure_future(known.results()) if known is not None and known.kind == "runner" else None
+        try:
+            snap, messages = await self.fleet.snapshot(name, conversation=early is None)
+            driver = self.fleet.driver(snap.workspace)
+            if driver is None or snap.live is None:
+                raise self.fleet.not_ready(snap, "so its result cannot be read")
+            if driver.kind == "runner":
+                results = await (early if early is not None and same_reach(known, driver) else driver.results())
+            elif messages is None:
+                messages = await quietly(driver.conversation())
+        finally:
+            if early is not None:
+                settle(early)
         if driver.kind == "runner":
-            results = await driver.results()
             if not results:
                 raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
                     snap, self.fleet.slugs).value)
