@@ -331,7 +331,8 @@ class Conversation:
         self.saved.cost_usd += result.total_cost_usd or 0.0
         self._set_state("idle")
         more = bool(self.saved.queue) and self._client is not None and not self._stopping
-        self.reporter.finished(result.text, result.is_error, result.pull_request_url, more=more)
+        self.reporter.finished(result.text, result.is_error, result.pull_request_url, more=more,
+                               interrupted=result.interrupted)
         self._turn_over.set()
         self._next()
 
