@@ -45,6 +45,8 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("FLEET_MCP_APP_SLUG", "agentapi_app_slug"),
     )
     runner_app_slug: str = Field(default="fleet", min_length=1)
+    # Subdomain apps where wildcard DNS is not ready: HOST_PATTERN=ADDRESS:PORT[,...], as curl's --connect-to.
+    connect_to: str = ""
     request_timeout_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     retry_budget_s: float = Field(default=20.0, ge=0)
@@ -150,6 +152,14 @@ class Settings(BaseSettings):
         if any("*" in host for host in value):
             raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
                              "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
+        return value
+
+    @field_validator("connect_to")
+    @classmethod
+    def _host_pattern_pairs(cls, value: str) -> str:
+        from .coder.apps import ConnectTo
+
+        ConnectTo.parse(value)
         return value
 
     @field_validator("audit_log", mode="before")

@@ -18,18 +18,19 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote
 
 import httpx
 import pydantic
 
 from fleet_mcp.coder import netcause
+from fleet_mcp.coder.apps import App, AppHosting, ConnectTo, app_proxy_path
+from fleet_mcp.coder.apps import _seg
 from fleet_mcp.coder.errors import (
-    CoderError, RateLimited, ServerError, Unavailable, error_from_response, redact,
+    CoderError, PathAppsDisabled, RateLimited, ServerError, Unavailable, error_from_response, redact,
 )
 from fleet_mcp.coder.transport import for_url
 from fleet_mcp.coder.schemas import (
-    BuildInfo, BuildParameter, Organization, Preset, Presets,
+    AppHost, BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from fleet_mcp.budget import Meter
     from tenacity import RetryCallState
 
-__all__ = ["DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
+__all__ = ["DEADLINE", "App", "CoderClient", "Transition", "app_proxy_path"]
 
 # When the call this request serves must be over (loop time); retries never run past it.
 DEADLINE: ContextVar[float | None] = ContextVar("fleet_mcp_deadline", default=None)
@@ -60,18 +61,6 @@ _TRANSIENT_CAUSES = (
     httpx.ConnectError, httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, ValueError,
 )
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
-
-
-def app_proxy_path(owner: str, workspace: str, agent: str | None, slug: str, rest: str = "") -> str:
-    """Path of a workspace app through Coder's path-based app proxy.
-
-    `/@{owner}/{workspace}[.{agent}]/apps/{slug}/{rest}`; the proxy refuses `@me`,
-    so `owner` must be a real username (or user ID).
-    """
-    if not owner or owner.lower() == "me":
-        raise ValueError("app proxy paths need the owner's username, not 'me'")
-    target = _seg(workspace) + (f".{_seg(agent)}" if agent else "")
-    return f"/@{_seg(owner)}/{target}/apps/{_seg(slug)}/{rest.lstrip('/')}"
 
 
 class CoderClient:
@@ -95,6 +84,8 @@ class CoderClient:
         # makes Coder answer 400 "CSRF error").
         self._transport = transport or for_url(settings.coder_url, ssl_context=_tls())
         self._base = settings.coder_url.rstrip("/")
+        self.apps = AppHosting(settings.coder_url)
+        self._connect_to = ConnectTo.parse(settings.connect_to)
         self._headers = [
             *([("Coder-Session-Token", self._secret)] if self._secret else []),
             ("Accept", "application/json"),
@@ -134,6 +125,10 @@ class CoderClient:
         """Proxy regions, with their path-app URL and wildcard app hostname."""
         page = await self._request("GET", "/api/v2/regions", RegionsPage)
         return list(page.regions)
+
+    async def app_host(self) -> str:
+        """The wildcard app host (`*.apps.example.com[:port]`), "" where subdomain apps are not set up."""
+        return (await self._request("GET", "/api/v2/applications/host", AppHost)).host
 
     # --- templates ------------------------------------------------------------------
 
@@ -260,31 +255,67 @@ class CoderClient:
 
     # --- workspace apps through the app proxy --------------------------------------------
 
-    async def app_request(self, method: str, path: str, model: Any = None, *, json: Any = None) -> Any:
-        """A request to a workspace app (`path` from `app_proxy_path`), mapped, retried and parsed as any other."""
-        return await self._request(method, path, model, json=json)
+    async def app_request(self, method: str, app: App, rest: str, model: Any = None, *, json: Any = None) -> Any:
+        """A request to `rest` of a workspace app, by path or subdomain as the deployment allows; mapped,
+        retried and parsed as any other."""
+        url = await self.app_url(app, rest)
+        try:
+            return await self._request(method, url, model, json=json)
+        except PathAppsDisabled:
+            if (again := await self._path_refused(app, rest, url)) is None:
+                raise
+            return await self._request(method, again, model, json=json)
 
     @asynccontextmanager
-    async def app_stream(self, path: str) -> AsyncIterator[httpx.Response]:
+    async def app_stream(self, app: App, rest: str) -> AsyncIterator[httpx.Response]:
         """A streamed GET of a workspace app (server-sent events); failures raise as for other calls."""
-        if self.meter is not None:
-            self.meter.note()
-        response = await self._send("GET", path, accept="text/event-stream")
+        url = await self.app_url(app, rest)
         try:
-            if not response.is_success:
-                await response.aread()
-                raise error_from_response(response, secret=self._secret)
+            response = await self._open_stream(url)
+        except PathAppsDisabled:
+            if (again := await self._path_refused(app, rest, url)) is None:
+                raise
+            response = await self._open_stream(again)
+        try:
             yield response
         finally:
             await response.aclose()
+
+    async def app_url(self, app: App, rest: str = "") -> str:
+        """Where `rest` of `app` is asked: its subdomain URL, or its path on Coder's URL."""
+        if (app.subdomain or self.apps.path_refused) and self.apps.wildcard is None:
+            self.apps.wildcard = await self.app_host()
+        return self.apps.url(app, rest) if self.apps.by_subdomain(app) else app.path(rest)
+
+    async def _path_refused(self, app: App, rest: str, tried: str) -> str | None:
+        """Coder refused the path form: from now on apps go by subdomain; the URL to try instead, if any."""
+        self.apps.path_refused = True
+        again = await self.app_url(app, rest)
+        return again if again != tried else None
+
+    async def _open_stream(self, url: str) -> httpx.Response:
+        if self.meter is not None:
+            self.meter.note()
+        response = await self._send("GET", url, accept="text/event-stream")
+        if not response.is_success:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            raise error_from_response(response, secret=self._secret)
+        return response
 
     async def _send(self, method: str, path: str, *, params: Any = None, json: Any = None,
                     accept: str | None = None) -> httpx.Response:
         """One request through the transport; the answer's body is not read yet."""
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
-        request = httpx.Request(method, _url(self._base + path), params=params, json=json, headers=headers,
+        # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
+        url = _url(self._base + path if path.startswith("/") else path)
+        request = httpx.Request(method, url, params=params, json=json, headers=headers,
                                 extensions={"timeout": self._timeouts})
+        if self._connect_to:
+            self._connect_to.route(request)
         response = await self._transport.handle_async_request(request)
         response.request = request
         return response
@@ -410,9 +441,3 @@ def _adapter(model: Any) -> pydantic.TypeAdapter[Any]:
 
 def _values(parameters: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in parameters.items()]
-
-
-def _seg(value: str) -> str:
-    """One URL path segment, with `/`, `?`, `#`, `%` and friends escaped."""
-    return quote(str(value), safe="")
-

@@ -19,7 +19,7 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 __all__ = [
     "AgentHealth", "BuildInfo", "BuildParameter", "LenientModel", "ListOf",
     "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
-    "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
+    "AppHost", "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
     "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
     "WorkspaceBuild", "WorkspaceHealth", "WorkspaceResource", "WorkspacesPage",
     "parse_timestamp",
@@ -119,6 +119,10 @@ class Region(LenientModel):
     healthy: bool = True
     path_app_url: Text = ""
     wildcard_hostname: Text = ""
+
+
+class AppHost(LenientModel):
+    host: Text = ""
 
 
 class RegionsPage(LenientModel):

@@ -96,7 +96,7 @@ def control_routes(control: Control) -> list[Route]:
         return JSONResponse({"created": len(names), "names": names})
 
     async def template(request: Request) -> Response:
-        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...,
+        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, subdomain_apps, ...,
         default_ttl_ms, activity_bump_ms, allow_user_autostop, max_deadline_ms}."""
         data = await _body(request)
         for name, kind in SCHEDULE_FIELDS.items():
@@ -110,6 +110,7 @@ def control_routes(control: Control) -> list[Route]:
         t = seed.add_template(b, data["name"], data.get("display_name", data["name"]), owner=owner,
                               parameters=params, presets=data.get("presets"),
                               apps=data.get("apps", [seed.fleet_app(control.runtime)]),
+                              subdomain_apps=data.get("subdomain_apps", []),
                               description=data.get("description", ""),
                               allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
                               build_error=data.get("build_error", ""),

@@ -162,8 +162,9 @@ def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None) 
     return {
         "id": app.id, "url": f"{base}/", "external": False, "slug": app.slug,
         "display_name": title, "icon": "/icon/claude.svg",
-        "subdomain": False,
-        "subdomain_name": f"{app.slug}--{agent.name}--{ws.name}--{owner.username}" if ws and owner else "",
+        "subdomain": app.subdomain,
+        # omitempty, and only for subdomain apps; a slug app's name leaves the agent out (db2sdk.AppSubdomain)
+        **({"subdomain_name": f"{app.slug}--{ws.name}--{owner.username}"} if app.subdomain and ws and owner else {}),
         "sharing_level": "owner",
         "healthcheck": {"url": base + health, "interval": 3, "threshold": 20},
         "health": app.health, "hidden": False, "open_in": "slim-window", "statuses": statuses,
@@ -204,7 +205,8 @@ def version_resources_json(v: TemplateVersion, b: Backend) -> list[dict]:
     resource_id = stable("resource")
     waited = (b.now() - v.created_at).total_seconds()
     agent = Agent(id=stable("agent"), resource_id=resource_id, name="main", created_at=v.created_at,
-                  apps=[App(id=stable("app", slug), slug=slug) for slug in v.apps],
+                  apps=[App(id=stable("app", slug), slug=slug, subdomain=slug in v.subdomain_apps)
+                        for slug in v.apps],
                   status="timeout" if waited > 120 else "connecting")
     return [{
         "id": resource_id, "created_at": ts(v.created_at), "job_id": v.id, "workspace_transition": "start",
