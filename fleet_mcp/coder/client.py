@@ -287,6 +287,17 @@ class CoderClient:
             self.apps.wildcard = await self.app_host()
         return self.apps.url(app, rest) if self.apps.by_subdomain(app) else app.path(rest)
 
+    async def path_apps_refused(self, owner: str) -> bool:
+        """Whether Coder refuses path apps (`--disable-path-apps`), which it tells a non-admin no other way:
+        asks for an app of a workspace nobody has, refused with 403 before any lookup, else 404."""
+        try:
+            await self._request("GET", app_proxy_path(owner, "fleet-mcp-probe", None, "fleet-mcp-probe"), None)
+        except PathAppsDisabled:
+            return True
+        except CoderError:
+            pass
+        return False
+
     async def _path_refused(self, app: App, rest: str, tried: str) -> str | None:
         """Coder refused the path form: from now on apps go by subdomain; the URL to try instead, if any."""
         self.apps.path_refused = True
