@@ -29,14 +29,14 @@ from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .preflight import StartupError, check_coder, load_settings
 from .projects import roles_from
-from .rules import FLEET_PARAMETERS, MANAGED, ROLE, RUNNER_PARAMETERS
+from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_PARAMETERS
 from .settings import Settings
 
 __all__ = ["ROLES", "ProjectCheck", "Report", "diagnose", "main", "run"]
 
 ROLES = ("coder", "operator", "manager")
 EMULATOR_URL = "http://emulator.local"
-_OK, _FAIL, _OTHER = "ok  ", "FAIL", "--  "
+_OK, _FAIL, _OTHER, _WARN = "ok  ", "FAIL", "--  ", "warn"
 RUNNER, AGENTAPI = "runner", "AgentAPI"
 
 
@@ -78,6 +78,7 @@ class Report:
     where: str = ""
     wildcard: str = ""  # Coder's wildcard app host, "" when it has none
     path_apps: bool = True  # whether Coder serves path apps (no --disable-path-apps)
+    app_statuses: bool | None = None  # whether workspace answers carry app statuses (None: no workspace to tell)
 
     @property
     def complete(self) -> list[ProjectCheck]:
@@ -92,6 +93,10 @@ class Report:
         roles = ", ".join(self.user_roles) or "member, no site roles"
         out = ["Coder", f"  {_OK} reachable at {self.url}{where}", f"  {_OK} version {self.version}",
                f"  {_OK} token valid: {self.username} (roles: {roles})", self._apps_line(),
+               *([] if self.app_statuses is not False else [
+                   f"  {_WARN} workspace answers carry no app statuses (a slimmer answer than the fleet reads): "
+                   "list_agents cannot tell busy from idle and shows such agents as unknown; show_agent asks "
+                   "each agent itself"]),
                f"Fleet projects (templates whose active version declares {MANAGED})"]
         if not self.projects:
             out.append(f"  {_FAIL} none: no template declares {MANAGED} (templates/fleet-agent is one that does)")
@@ -127,14 +132,16 @@ async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> 
     info, me, templates, wildcard = await asyncio.gather(client.buildinfo(), client.me(), client.templates(),
                                                          client.app_host())
     slugs = {RUNNER: settings.runner_app_slug, AGENTAPI: settings.agentapi_app_slug}
-    checks, refused = await asyncio.gather(asyncio.gather(*(_check(client, t, slugs) for t in templates)),
-                                           client.path_apps_refused(me.username))
+    checks, refused, sample = await asyncio.gather(asyncio.gather(*(_check(client, t, slugs) for t in templates)),
+                                                   client.path_apps_refused(me.username),
+                                                   client.workspaces(FLEET_QUERY, limit=1))
     projects = [c for c, fleet in checks if fleet]
     for check in projects:
         _reach(check, wildcard, not refused)
     return Report(url=settings.coder_url, version=info.version or "unknown", username=me.username,
                   user_roles=[r.name for r in me.roles], runner_slug=slugs[RUNNER], agentapi_slug=slugs[AGENTAPI],
                   where=where, wildcard=wildcard, path_apps=not refused,
+                  app_statuses=sample.workspaces[0].sends_app_statuses if sample.workspaces else None,
                   projects=projects, others=[c for c, fleet in checks if not fleet])
 
 

@@ -291,7 +291,7 @@ class CoderClient:
         """Whether Coder refuses path apps (`--disable-path-apps`), which it tells a non-admin no other way:
         asks for an app of a workspace nobody has, refused with 403 before any lookup, else 404."""
         try:
-            await self._request("GET", app_proxy_path(owner, "fleet-mcp-probe", None, "fleet-mcp-probe"), None)
+            await self._request("GET", App(owner, "fleet-mcp-probe", None, "fleet-mcp-probe").path(), None)
         except PathAppsDisabled:
             return True
         except CoderError:

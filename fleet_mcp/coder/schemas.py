@@ -337,6 +337,13 @@ class Workspace(LenientModel):
     deleting_at: Timestamp = None
     dormant_at: Timestamp = None
 
+    @property
+    def sends_app_statuses(self) -> bool:
+        """Whether Coder sent app status fields at all (`latest_app_status`, or `statuses` on an app): a
+        slimmer answer without them says nothing about the agent's turn, where an empty one says "none"."""
+        return "latest_app_status" in self.model_fields_set or any(
+            "statuses" in app.model_fields_set for agent in self.latest_build.agents for app in agent.apps)
+
 
 class WorkspacesPage(LenientModel):
     """One page of `GET /api/v2/workspaces`; `count` is the total matching, not the page size."""

@@ -127,6 +127,14 @@ def control_routes(control: Control) -> list[Route]:
             b.disable_path_apps = bool(data["disable_path_apps"])
         return JSONResponse({"wildcard_hostname": b.wildcard_hostname, "disable_path_apps": b.disable_path_apps})
 
+    async def answers(request: Request) -> Response:
+        """What workspace answers carry: {app_statuses: false} leaves `latest_app_status` and every app's
+        `statuses` out, as a slimmer Coder (an `include_related`-style answer) might."""
+        data = await _body(request)
+        if "app_statuses" in data:
+            b.app_statuses_in_answers = bool(data["app_statuses"])
+        return JSONResponse({"app_statuses": b.app_statuses_in_answers})
+
     async def guard(request: Request) -> Response:
         try:
             return await handlers[(request.method, request.url.path)](request)
@@ -146,6 +154,7 @@ def control_routes(control: Control) -> list[Route]:
         ("POST", "/emulator/templates"): template,
         ("GET", "/emulator/app-proxy"): app_proxy,
         ("POST", "/emulator/app-proxy"): app_proxy,
+        ("POST", "/emulator/answers"): answers,
     }
     paths: dict[str, list[str]] = {}
     for method, path in handlers:

@@ -304,3 +304,12 @@ async def test_the_app_forms_the_deployment_allows_and_each_projects_reach(emula
     report = await report_of(emulator, conformance)
     assert project(report, "fleet-demo").reach == "path"
     assert project(report, "subby").reach == "path" and "declared subdomain = true" in project(report, "subby").warnings[0]
+
+
+async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulator, conformance, coder):
+    warning = "  warn workspace answers carry no app statuses"
+    assert not any(line.startswith(warning) for line in (await report_of(emulator, conformance)).lines())
+    await coder.post("/emulator/fleet", json={"count": 1, "prefix": "drift"})
+    await coder.post("/emulator/answers", json={"app_statuses": False})
+    report = await report_of(emulator, conformance)
+    assert report.app_statuses is False and any(line.startswith(warning) for line in report.lines())
