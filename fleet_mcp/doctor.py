@@ -79,6 +79,7 @@ class Report:
     wildcard: str = ""  # Coder's wildcard app host, "" when it has none
     path_apps: bool = True  # whether Coder serves path apps (no --disable-path-apps)
     app_statuses: bool | None = None  # whether workspace answers carry app statuses (None: no workspace to tell)
+    app_host_problem: str | None = None  # why an app host under the wildcard does not reach Coder
 
     @property
     def complete(self) -> list[ProjectCheck]:
@@ -120,6 +121,11 @@ class Report:
 
     def _apps_line(self) -> str:
         sub = f"subdomain form at {self.wildcard}" if self.wildcard else "no wildcard app host (no subdomain form)"
+        if self.wildcard and self.app_host_problem:
+            mark = _WARN if self.path_apps else _FAIL
+            return (f"  {mark} apps: path form {'allowed' if self.path_apps else 'disabled'}; {sub}, but its hosts "
+                    f"do not reach Coder ({self.app_host_problem}): fix the wildcard DNS, or set "
+                    f"FLEET_MCP_CONNECT_TO='{self.wildcard.split(':')[0]}=ADDRESS:PORT' (Coder's address)")
         if self.path_apps:
             return f"  {_OK} apps: path form allowed; {sub}"
         if self.wildcard:
@@ -132,33 +138,34 @@ async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> 
     info, me, templates, wildcard = await asyncio.gather(client.buildinfo(), client.me(), client.templates(),
                                                          client.app_host())
     slugs = {RUNNER: settings.runner_app_slug, AGENTAPI: settings.agentapi_app_slug}
-    checks, refused, sample = await asyncio.gather(asyncio.gather(*(_check(client, t, slugs) for t in templates)),
-                                                   client.path_apps_refused(me.username),
-                                                   client.workspaces(FLEET_QUERY, limit=1))
+    checks, refused, sample, unreachable = await asyncio.gather(
+        asyncio.gather(*(_check(client, t, slugs) for t in templates)), client.path_apps_refused(me.username),
+        client.workspaces(FLEET_QUERY, limit=1),
+        client.app_host_unreachable(me.username) if wildcard else asyncio.sleep(0, None))
     projects = [c for c, fleet in checks if fleet]
     for check in projects:
-        _reach(check, wildcard, not refused)
+        _reach(check, unreachable if wildcard else "Coder reports no wildcard app host", not refused)
     return Report(url=settings.coder_url, version=info.version or "unknown", username=me.username,
                   user_roles=[r.name for r in me.roles], runner_slug=slugs[RUNNER], agentapi_slug=slugs[AGENTAPI],
-                  where=where, wildcard=wildcard, path_apps=not refused,
+                  where=where, wildcard=wildcard, path_apps=not refused, app_host_problem=unreachable,
                   app_statuses=sample.workspaces[0].sends_app_statuses if sample.workspaces else None,
                   projects=projects, others=[c for c, fleet in checks if not fleet])
 
 
-def _reach(check: ProjectCheck, wildcard: str, path_apps: bool) -> None:
-    """How the fleet reaches the project's app on this deployment (as `coder.apps` decides), or why it cannot."""
+def _reach(check: ProjectCheck, no_subdomain: str | None, path_apps: bool) -> None:
+    """How the fleet reaches the project's app on this deployment (as `coder.apps` decides), or why it cannot;
+    `no_subdomain`: why app hosts cannot be used (None: they can)."""
     if not check.driver:
         return
-    if wildcard and (check.subdomain or not path_apps):
+    if no_subdomain is None and (check.subdomain or not path_apps):
         check.reach = "subdomain"
     elif path_apps:
         check.reach = "path"
         if check.subdomain:
-            check.warnings.append(f"app {check.app!r} is declared subdomain = true, but Coder reports no wildcard "
-                                  "app host: the fleet reaches it by path")
+            check.warnings.append(f"app {check.app!r} is declared subdomain = true, but {no_subdomain}: the fleet "
+                                  "reaches it by path")
     else:
-        check.lacks.append(f"a way to reach app {check.app!r}: Coder refuses path apps and reports no wildcard "
-                           "app host (Coder's --wildcard-access-url)")
+        check.lacks.append(f"a way to reach app {check.app!r}: Coder refuses path apps, and {no_subdomain}")
 
 
 async def _check(client: CoderClient, t: Template, slugs: dict[str, str]) -> tuple[ProjectCheck, bool]:

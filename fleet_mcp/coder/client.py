@@ -298,6 +298,21 @@ class CoderClient:
             pass
         return False
 
+    async def app_host_unreachable(self, owner: str) -> str | None:
+        """Why an app host under Coder's wildcard does not reach Coder (DNS, FLEET_MCP_CONNECT_TO), or None
+        when it does: Coder answers its own 404 for an app nobody has."""
+        wildcard = await self.app_host()
+        if not wildcard:
+            return "Coder reports no wildcard app host"
+        probe = App(owner, "fleet-mcp-probe", None, "fleet-mcp-probe", subdomain=True)
+        hosting = AppHosting(self._settings.coder_url)
+        hosting.wildcard = wildcard
+        try:
+            await self._request("GET", hosting.url(probe), None)
+        except CoderError as exc:
+            return exc.message if exc.status is None else None
+        return None
+
     async def _path_refused(self, app: App, rest: str, tried: str) -> str | None:
         """Coder refused the path form: from now on apps go by subdomain; the URL to try instead, if any."""
         self.apps.path_refused = True

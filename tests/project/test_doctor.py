@@ -313,3 +313,25 @@ async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulato
     await coder.post("/emulator/answers", json={"app_statuses": False})
     report = await report_of(emulator, conformance)
     assert report.app_statuses is False and any(line.startswith(warning) for line in report.lines())
+
+
+def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
+    """README "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
+    where no DNS knows the wildcard, and without it."""
+    from processes import emulator_process
+
+    flags = ("--wildcard-access-url", "*.apps.example.test", "--disable-path-apps")
+    with emulator_process(*flags) as emulated:
+        port = httpx.URL(emulated.url).port
+        env = {"CODER_URL": emulated.url, "CODER_SESSION_TOKEN": emulated.token}
+        ready = subprocess.run(DOCTOR, env=clean_env(**env, FLEET_MCP_CONNECT_TO=f"*.apps.example.test=127.0.0.1:{port}"),
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        lost = subprocess.run(DOCTOR, env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert (f"  ok   apps: path apps disabled (--disable-path-apps); subdomain form at *.apps.example.test:{port}"
+            in ready.stdout.splitlines())
+    assert "fleet-demo \"Fleet Demo\": complete; AgentAPI (app 'ccw', by subdomain)" in ready.stdout
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    assert "  FAIL apps: path form disabled; subdomain form at" in lost.stdout
+    assert "FLEET_MCP_CONNECT_TO='*.apps.example.test=ADDRESS:PORT'" in lost.stdout
