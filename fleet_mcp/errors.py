@@ -149,4 +149,6 @@ def _invalid_arguments(exc: ArgumentsError) -> FleetError:
                 for e in cause.errors(include_input=False, include_url=False)] \
         if isinstance(cause, pydantic.ValidationError) else []
     fields = ", ".join(p["field"] for p in problems) or "arguments"
-    return bad_request(f"Invalid arguments: {fields}.", problems=problems)
+    # `field` as the fleet's own checks name it: one rule, checked by the schema or in code, answers alike.
+    return bad_request(f"Invalid arguments: {fields}.", field=problems[0]["field"] if problems else "arguments",
+                       problems=problems)

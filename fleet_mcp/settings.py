@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     max_users: int = Field(default=256, ge=1)
     stateless_http: bool | None = None
     rate_share: float = Field(default=0.5, gt=0, le=1)
+    read_only: bool = False
 
     @field_validator("coder_url")
     @classmethod
