@@ -117,7 +117,9 @@ def bulk_fleet(b: Backend, count: int, *, template: str = "fleet-demo", owner: s
                prefix: str = "bench", spec: str = "Benchmark agent") -> list[str]:
     """Create `count` fleet agents and run their clocks until they are up."""
     user = next(u for u in b.users.values() if u.username == owner)
-    t = next(t for t in b.templates.values() if t.name == template)
+    t = next((t for t in b.templates.values() if t.name == template), None)
+    if t is None:  # a control-API caller's mistake: a 400 saying so, not a 500
+        raise ValueError(f"no template {template!r}")
     names = []
     for i in range(count):
         name = f"{prefix}-{i + 1:04d}"
