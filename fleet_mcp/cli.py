@@ -36,10 +36,13 @@ settings (environment or .env):
   FLEET_MCP_SESSION_IDLE_S       FLEET_MCP_MAX_SESSIONS         FLEET_MCP_MAX_SESSIONS_PER_CLIENT
   FLEET_MCP_AUTH                 token (default: one Coder user, CODER_SESSION_TOKEN) or coder (each HTTP
                                  caller sends their own Coder token as Authorization: Bearer)
-  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted (60)
+  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted, or a refused one refused (60)
+  FLEET_MCP_AUTH_REFUSALS_PER_MINUTE
+                                 tokens Coder may refuse per client address a minute (10); beyond: 429
   FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
   FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
   FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
+  FLEET_MCP_LOG_LEVEL            DEBUG, INFO (default), WARNING or ERROR: what the server logs on stderr
 
 exit codes:
   0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
@@ -115,7 +118,13 @@ def _emulator(args: argparse.Namespace) -> int:
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
     emulator.backend.wildcard_hostname = args.wildcard_access_url
     emulator.backend.disable_path_apps = args.disable_path_apps
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:  # as the server says it: one line, exit 2
+        from .listener import bind_failure
+
+        print(f"fleet-mcp emulator: {bind_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 2
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     emulator.url = f"http://{url_host}:{port}"
@@ -135,7 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .connections import raise_fd_limit
     from .logs import setup as setup_logs
-    from .preflight import StartupError, check_coder, load_settings
+    from .preflight import StartupError, check_coder, load_settings, unknown_settings
 
     fd_limit = raise_fd_limit()
     overrides = {"read_only": True} if args.read_only else {}
@@ -163,7 +172,12 @@ def _serve(args: argparse.Namespace) -> int:
                                      **overrides)
         else:
             settings = load_settings(**overrides)
-        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+        from .front import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
+
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+                   settings.log_level, also=sent_token if args.transport == "http" else None)
+        for warning in unknown_settings():
+            logging.getLogger("fleet_mcp").warning("%s", warning)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")
@@ -201,7 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
         if sock is not None:
             asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
         else:
-            asyncio.run(serve_stdio(server))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Iterator
 
 from .coder import errors as ce
@@ -13,10 +14,10 @@ from .errors import FleetError, bad_request, conflict
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
-    check_name, check_text,
+    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_PARAMETERS, SPEC,
+    TASK, check_name, check_result_schema, check_text,
 )
-from .status import Status
+from .status import list_status
 
 __all__ = ["Lifecycle"]
 
@@ -47,9 +48,11 @@ class Lifecycle:
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
-                     max_cost_usd: float | None = None) -> CreatedAgent:
+                     max_cost_usd: float | None = None, result_schema: dict | None = None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
+        if result_schema is not None:
+            check_result_schema(result_schema)
         catalog = self.fleet.catalog
         counting = asyncio.ensure_future(self._count())  # the cap's count goes along with the first lookup
         try:
@@ -59,15 +62,15 @@ class Lifecycle:
             if catalog.listing_cached():
                 with contextlib.suppress(_Stale):
                     return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
-                                              max_cost_usd, cached=True)
+                                              max_cost_usd, result_schema, cached=True)
             return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
-                                      max_cost_usd, cached=False)
+                                      max_cost_usd, result_schema, cached=False)
         finally:
             settle(counting)
 
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
-                      max_cost_usd: float | None, *, cached: bool) -> CreatedAgent:
+                      max_cost_usd: float | None, result_schema: dict | None, *, cached: bool) -> CreatedAgent:
         """One try; with `cached`, whatever the cached listing got wrong raises `_Stale` instead of refusing."""
         fleet, catalog = self.fleet, self.fleet.catalog
         try:
@@ -86,6 +89,14 @@ class Lifecycle:
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
+        if result_schema is not None:
+            if RESULT_SCHEMA not in {p.name for p in params}:
+                if cached:
+                    raise _Stale
+                raise bad_request(f"Project {template.name!r} cannot take a result_schema: its template declares "
+                                  f"no {RESULT_SCHEMA} (runner templates do; AgentAPI ones cannot).",
+                                  field="result_schema")
+            values[RESULT_SCHEMA] = json.dumps(result_schema, separators=(",", ":"), ensure_ascii=False)
         try:
             with _stale_if(cached, ce.BadRequest, ce.NotFound):  # Coder refuses what the listing led to
                 ws = await fleet.builds.create(name, template.id, choice.preset_id, values,
@@ -93,7 +104,8 @@ class Lifecycle:
         except ce.Conflict:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
-        agent = agent_answer(ws, values, Status("busy", since=ws.created_at), spec, [])
+        # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
+        agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")
@@ -101,7 +113,8 @@ class Lifecycle:
     def _check_cap(self, count: int) -> None:
         cap = self.settings.max_agents
         if cap and count >= cap:
-            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
+            agents = "1 agent" if count == 1 else f"{count} agents"
+            raise conflict(f"The fleet has {agents}, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
                            "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
                            "running but still count), then create again.", agents=count, max_agents=cap)
 

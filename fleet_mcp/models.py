@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 __all__ = [
     "Agent", "AgentList", "AgentLog", "AgentStatus", "AgentSummary", "CreatedAgent", "DeletedAgent",
     "DeleteResult", "LogMessage", "Metadata", "Project", "Projects", "Role", "Roles",
     "ShownAgent", "Task", "TaskHistory", "TaskResult", "AgentGlance", "AgentGlances", "AnswerResult", "Condition",
     "LastTurn", "StatusFacts", "StatusSource", "TurnOutcome", "WaitResult", "WaitedAgent",
+    "AgentDiff", "ChangedFile", "Changes", "Commit", "DiffFile",
 ]
 
 AgentStatus = Literal[
@@ -20,6 +21,8 @@ AgentStatus = Literal[
 StatusSource = Literal["build", "workspace agent", "app status", "driver", "no app statuses"]
 LastTurn = Literal["succeeded", "failed", "interrupted"]
 Condition = Literal["idle", "needs_input", "stopped", "failed"]
+# US dollars to a millionth (a hundredth of a cent's hundredth): sums of float prices carry noise beyond that.
+Usd = Annotated[float | None, AfterValidator(lambda v: None if v is None else round(v, 6))]
 
 
 class StatusFacts(BaseModel):
@@ -63,7 +66,7 @@ class Agent(StatusFacts):
     driver: Literal["runner", "agentapi"] | None = Field(default=None, description="What runs Claude Code in the "
                                                                             "workspace, when known")
     model: str | None = Field(default=None, description="The model the agent was created with (runner)")
-    cost_usd: float | None = Field(default=None, description="What the agent's turns have cost so far (runner)")
+    cost_usd: Usd = Field(default=None, description="What the agent's turns have cost so far (runner)")
     last_activity_at: str | None = Field(default=None, description="When the agent last reported work")
     metadata: Metadata
 
@@ -94,7 +97,8 @@ class AgentList(BaseModel):
 class Task(BaseModel):
     message: str
     uri: str
-    state: str = Field(description="working, complete, failure or idle, as the agent reported")
+    state: str = Field(description="working, complete, failure or idle, as the agent reported; queued or "
+                                   "canceled in the answers of start_agent_task and cancel_agent_task")
     needs_user_attention: bool
     created_at: str
 
@@ -189,6 +193,10 @@ class AgentGlance(BaseModel):
     latest_output: str | None = Field(default=None,
                                       description="The newest thing the agent said, cut to 300 characters")
     problem: str | None = None
+    last_turn: LastTurn | None = Field(default=None, description="How its last finished turn ended")
+    cost_usd: float | None = Field(default=None, description="What its last turn cost (runner)")
+    changes_summary: str | None = Field(default=None, description='What its last turn changed, e.g. "3 files, '
+                                                                  '+120 −8, 1 commit" (runner)')
     error: dict[str, Any] | None = Field(default=None, description="The error envelope, when this agent was not shown")
 
 
@@ -209,11 +217,69 @@ class TurnOutcome(BaseModel):
     pull_request_url: str | None = None
     num_turns: int | None = None
     duration_ms: int | None = None
-    cost_usd: float | None = Field(default=None, description="This turn's cost (runner only)")
-    total_cost_usd: float | None = Field(default=None,
+    cost_usd: Usd = Field(default=None, description="This turn's cost (runner only)")
+    total_cost_usd: Usd = Field(default=None,
                                          description="The agent's cost so far, over all turns (runner only)")
     finished_at: str | None = None
     driver: Literal["runner", "agentapi"]
+    changes: Changes | None = Field(default=None, description="What the turn changed in the agent's repository "
+                                                              "(runner; read the diff with show_agent_diff)")
+    changes_unavailable: str | None = Field(default=None, description="Why `changes` is null")
+    structured: Any = Field(default=None, description="The answer in the task's result_schema, validated, when "
+                                                      "it asked for one")
+
+
+class Commit(BaseModel):
+    sha: str
+    subject: str
+
+
+class ChangedFile(BaseModel):
+    path: str = Field(description="From the repository's root; bytes that are not UTF-8 written \\xNN")
+    change: Literal["added", "modified", "deleted", "renamed"]
+    old_path: str | None = Field(default=None, description="The name before a rename")
+    added_lines: int
+    removed_lines: int
+    binary: bool
+
+
+class Changes(BaseModel):
+    """What a turn changed: committed, uncommitted and untracked work against where the task started."""
+
+    repository: str = Field(description="The git work tree's root in the workspace")
+    branch: str | None = Field(description="The branch at the turn's end; null when HEAD is detached")
+    start_commit: str | None
+    end_commit: str | None
+    commits: list[Commit] = Field(description="Commits made since the start, newest first (at most 50)")
+    commits_total: int
+    files: list[ChangedFile] = Field(description="At most 100 files; files_total counts them all")
+    files_total: int
+    added_lines: int
+    removed_lines: int
+    note: str | None = Field(default=None, description="A detached HEAD, or a merge or rebase in progress")
+
+
+class DiffFile(BaseModel):
+    path: str
+    diff: str = Field(description="The file's unified diff (a binary file: named, not dumped)")
+    truncated: bool = Field(description="Cut at 50,000 bytes (and left out of `patch`)")
+    binary: bool
+    note: str | None = None
+
+
+class AgentDiff(BaseModel):
+    """A page of an agent's diff, by file."""
+
+    agent_name: str
+    scope: Literal["task", "agent"]
+    files: list[DiffFile]
+    patch: str | None = Field(description="format=patch: this page's files as one patch for `git apply` (files "
+                                          "cut at the size limit left out); else null")
+    page: int
+    pages: int
+    files_total: int
+    start_commit: str | None
+    end_commit: str | None
 
 
 class AnswerResult(BaseModel):

@@ -103,3 +103,21 @@ def test_coders_app_flags_serve_subdomain_apps_and_refuse_path_apps():
         assert refused.status_code == 403 and "Path-based applications are disabled" in refused.text
         by_host = client.get("/status", headers={"Host": f"ccw--hand-made--demo.apps.example.test:{port}"})
         assert by_host.status_code == 200 and by_host.json()["status"] in ("stable", "running")
+
+
+def test_a_taken_port_is_one_line_and_exit_2(tmp_path):
+    import socket
+
+    from processes import SERVER, WAIT_S, clean_env
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*SERVER, "emulator", "--port", str(port)], env=clean_env(), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""  # no CODER_URL for an emulator that is not serving
+    assert done.stderr.strip().splitlines() == [
+        f"fleet-mcp emulator: cannot listen on 127.0.0.1:{port}: port {port} is already in use: stop the other "
+        f"server (`ss -ltnp 'sport = :{port}'` shows it) or pick another --port"]
