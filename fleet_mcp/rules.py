@@ -12,12 +12,13 @@ __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
     "RESULT_SCHEMA", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name", "check_result_schema",
-    "check_text", "iso", "paginate",
+    "check_text", "iso", "paginate", "valid_name",
 ]
 
 # `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
 NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*\Z")
 MAX_NAME = 20
+MAX_WORKSPACE_NAME = 32  # Coder's own limit: what a lookup of an existing workspace may be given
 MAX_SPEC = 65_536  # bytes of UTF-8
 LIST_TASK_CHARS = 200
 LOG_MESSAGE_CHARS = 4_000
@@ -39,8 +40,15 @@ def iso(dt: datetime | None) -> str | None:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if dt else None
 
 
+def valid_name(name: str, most: int = MAX_WORKSPACE_NAME) -> bool:
+    """Whether `name` follows Coder's workspace-name rule in at most `most` characters. Lookups accept what
+    Coder accepts (a name no workspace can have is answered without asking); new agents the contract's 20."""
+    return 1 <= len(name) <= most and NAME_RE.match(name) is not None
+
+
 def check_name(name: str) -> None:
-    if not (1 <= len(name) <= MAX_NAME) or not NAME_RE.match(name) or name.lower() in ("new", "create"):
+    """A new agent's name: `bad_request` unless Coder and the contract both accept it."""
+    if not valid_name(name, MAX_NAME) or name.lower() in ("new", "create"):
         raise FleetError("bad_request", f"Invalid agent name {name[:40]!r}: use 1-{MAX_NAME} letters, digits and "
                          "single hyphens, starting and ending with a letter or digit.", {"field": "name"})
 

@@ -8,14 +8,14 @@ from typing import Any
 
 from .coder import errors as ce
 from .drivers import Busy, Driver, DriverError, Live, NothingPending, NotSupported, TurnResult, Unreachable
-from .errors import bad_request, conflict, unavailable
+from .errors import FleetError, bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
-__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns"]
+__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]
 
 RESULT_CHARS = 4_000
 FILES_SHOWN = 100  # of a turn's changed files in get_agent_result; files_total counts them all
@@ -50,12 +50,8 @@ class Turns:
                 raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "
                                   "Try again.") from None
             queued = False
-        except Busy:
-            raise conflict(f"Agent {name!r} already has a running task.", status="busy") from None
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r}: {exc}", if_busy=if_busy) from None
+        except DriverError as exc:
+            raise refused(name, exc, if_busy=if_busy) from None
         queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
@@ -72,10 +68,8 @@ class Turns:
             await driver.interrupt()
         except (ce.Unavailable, ce.ServerError) as exc:
             lost = exc  # the answer was lost: whether it stopped is what the wait below finds out
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r} cannot be interrupted: {exc}", driver=driver.kind) from None
+        except (Unreachable, NotSupported) as exc:
+            raise refused(name, exc, driver=driver.kind) from None
         except DriverError:  # the turn ended between our look and the interrupt
             pass
 
@@ -120,10 +114,8 @@ class Turns:
             if live is None or live.state == "needs_input":  # still waiting: the answer did not land
                 raise unavailable(f"The answer did not reach agent {name!r} ({exc.message}); it still waits. "
                                   "Try again.") from None
-        except NothingPending:
-            raise bad_request(f"Agent {name!r} waits on no answer any more.") from None
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
+        except DriverError as exc:
+            raise refused(name, exc) from None
         after = live_status(Snapshot(snap.workspace, snap.params, *(await self.fleet.live(driver))), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, agent_status=after.value,  # type: ignore[arg-type]
                             message=f"Answered {decision!r}; the agent is {after.value}.")
@@ -167,16 +159,27 @@ class Turns:
             raise self.fleet.not_ready(Snapshot(ws, params, None, None), "so its diff cannot be read")
         try:
             d: Any = await driver.diff(scope, path, fmt, page, size)
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r}: {exc}", driver=driver.kind) from None
         except Unreachable as exc:
             raise self.fleet.not_ready(Snapshot(ws, params, None, str(exc)), "so its diff cannot be read") from None
+        except NotSupported as exc:
+            raise refused(name, exc, driver=driver.kind) from None
         except DriverError as exc:
-            raise bad_request(f"Agent {name!r}: {exc}.", scope=scope, **({"field": "path"} if path else {})) from None
+            raise refused(name, exc, scope=scope, **({"field": "path"} if path else {})) from None
         return AgentDiff(agent_name=name, scope=scope, page=page, pages=d.pages,  # type: ignore[arg-type]
                          files=[DiffFile(path=f.path, diff=f.diff, truncated=f.truncated, binary=f.binary, note=f.note)
                                 for f in d.files], patch=d.patch if fmt == "patch" else None,
                          files_total=d.files_total, start_commit=d.start_commit, end_commit=d.end_commit)
+
+
+def refused(name: str, exc: DriverError, **details: Any) -> FleetError:
+    """What a driver's refusal means to the caller: the one wording of each driver error."""
+    if isinstance(exc, Busy):
+        return conflict(f"Agent {name!r} already has a running task.", status="busy")
+    if isinstance(exc, Unreachable):
+        return bad_request(f"Agent {name!r} is offline: {exc}")
+    if isinstance(exc, NothingPending):
+        return bad_request(f"Agent {name!r} waits on no answer any more.")
+    return bad_request(f"Agent {name!r}: {exc}", **details)
 
 
 async def _landed(driver: Driver, text: str) -> bool:
