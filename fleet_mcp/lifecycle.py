@@ -22,7 +22,7 @@ from .status import list_status
 
 __all__ = ["Lifecycle"]
 
-MAX_AUTOSTOP_MINUTES = 7 * 24 * 60  # Coder refuses a TTL over a week
+MAX_AUTOSTOP_MINUTES = 30 * 24 * 60  # Coder's ttlMaximum (coderd/workspaces.go): 30 days
 
 
 class Lifecycle:

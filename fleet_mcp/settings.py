@@ -51,6 +51,8 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("FLEET_MCP_APP_SLUG", "agentapi_app_slug"),
     )
     runner_app_slug: str = Field(default="fleet", min_length=1)
+    # Subdomain apps where wildcard DNS is not ready: HOST_PATTERN=ADDRESS:PORT[,...], as curl's --connect-to.
+    connect_to: str = ""
     request_timeout_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     retry_budget_s: float = Field(default=20.0, ge=0)
@@ -145,13 +147,14 @@ class Settings(BaseSettings):
                      on_request: Callable[[], None] | None = None) -> CoderClient:
         """A Coder client with these settings (URL, token, timeouts, retry budget), its retries kept within
         the deadline of the tool call it serves (`polling.within`)."""
-        from .coder.client import CoderClient
+        from .coder.client import CoderClient, ConnectTo
         from .polling import current_deadline
 
         token = self.coder_session_token.get_secret_value() if self.coder_session_token is not None else None
         return CoderClient(self.coder_url, token, transport=transport, request_timeout_s=self.request_timeout_s,
                            connect_timeout_s=self.connect_timeout_s, retry_budget_s=self.retry_budget_s,
-                           on_request=on_request, deadline=current_deadline)
+                           on_request=on_request, deadline=current_deadline,
+                           connect_to=ConnectTo.parse(self.connect_to))
 
     @field_validator("auth_token")
     @classmethod
@@ -177,6 +180,14 @@ class Settings(BaseSettings):
         if any("*" in host for host in value):
             raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
                              "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
+        return value
+
+    @field_validator("connect_to")
+    @classmethod
+    def _host_pattern_pairs(cls, value: str) -> str:
+        from .coder.apps import ConnectTo
+
+        ConnectTo.parse(value)
         return value
 
     @field_validator("log_level", mode="before")
