@@ -37,7 +37,7 @@ class Turns:
         self.fleet = fleet
 
     async def start(self, name: str, description: str, if_busy: str = "reject",
-                    result_schema: dict | None = None) -> TaskResult:
+                    result_schema: dict[str, Any] | None = None) -> TaskResult:
         check_text("task_description", description)
         if result_schema is not None:
             check_result_schema(result_schema)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -87,7 +87,7 @@ class AgentAPIDriver:
             lambda: self.client.app_request("GET", self.app, "messages", ConversationPage, limit="conversation"))
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
         if result_schema is not None:
             raise NotSupported("A result_schema needs the runner (Claude Code's structured output); this agent "
                                "runs on AgentAPI.")

@@ -116,7 +116,7 @@ class Driver(Protocol):
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
         """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
         started. `Busy` when refused."""
         ...

@@ -148,7 +148,7 @@ class RunnerDriver:
         page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation")
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
         body: dict[str, Any] = {"content": text, "if_busy": if_busy}
         if result_schema is not None:
             body["result_schema"] = result_schema

@@ -7,6 +7,10 @@ import asyncio
 import logging
 import socket
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 __all__ = ["add_arguments", "main", "serve"]
 
@@ -39,7 +43,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(app, sock: socket.socket) -> None:
+async def serve(app: ASGIApp, sock: socket.socket) -> None:
     """Serve `app` on `sock` until a signal asks to stop."""
     import uvicorn
 

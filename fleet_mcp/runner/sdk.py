@@ -27,7 +27,8 @@ def summarize(tool: str, tool_input: dict[str, Any]) -> str:
     return " ".join(text.split())[:SUMMARY_MAX]
 
 
-def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any, result_schema: dict | None = None) -> Any:
+def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any,
+            result_schema: dict[str, Any] | None = None) -> Any:
     """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended;
     with `result_schema`, turns end in an object of that shape (Claude Code's StructuredOutput tool)."""
     from claude_agent_sdk import ClaudeAgentOptions
@@ -42,7 +43,7 @@ def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any, res
                               output_format={"type": "json_schema", "schema": result_schema} if result_schema else None)
 
 
-def init_info(message: Any) -> dict | None:
+def init_info(message: Any) -> dict[str, Any] | None:
     """The session's init data (session_id, model...) when `message` is the SDK's init message."""
     from claude_agent_sdk import SystemMessage
 
