@@ -30,7 +30,7 @@ from .rules import (
 )
 from .settings import Settings
 from .status import (
-    READY, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
+    Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
 )
 
 __all__ = ["Fleet", "agent_answer", "facts", "last_activity", "reported_task"]
@@ -92,7 +92,7 @@ class Fleet:
 
     def driver(self, ws: Workspace) -> Driver | None:
         """The driver of a workspace whose agent is up, else None."""
-        return driver_for(self.client, ws, self.slugs) if base_status(ws, self.slugs).value == READY else None
+        return driver_for(self.client, ws, self.slugs) if isinstance(base_status(ws, self.slugs), Ready) else None
 
     def remember(self, name: str, driver: Driver | None) -> None:
         """What a fleet agent was last seen to be reached by (None: not ready), so the next read of it can ask
@@ -125,7 +125,7 @@ class Fleet:
         with prefetch(early) as begun:
             ws = await self.workspace(name)
             driver = driver_for(self.client, ws, self.slugs)
-            ready = driver if base_status(ws, self.slugs).value == READY else None
+            ready = driver if isinstance(base_status(ws, self.slugs), Ready) else None
             if begun and same_reach(known, ready):
                 reads: tuple[Awaitable[Any], ...] = (begun["live"], begun["conversation"])
             else:
@@ -273,7 +273,7 @@ def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current:
         project=project, spec=params.get(SPEC, ""), current_task=current, created_at=iso(ws.created_at) or "",
         updated_at=iso(ws.updated_at or ws.created_at) or "", **facts(status),
         problem=problem if problem is not None else status.problem,
-        driver=driver.kind if driver else None,  # type: ignore[arg-type]
+        driver=driver.kind if driver else None,
         model=model, cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
         last_activity_at=iso(last_activity(ws)),
         metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,

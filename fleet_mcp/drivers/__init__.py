@@ -13,14 +13,15 @@ from ..coder.client import App, CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver
 from .base import (
-    Busy, Driver, DriverError, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending, TurnResult,
-    Unreachable,
+    Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending,
+    TurnEnd, TurnResult, Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
-    "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending", "NotSupported",
-    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach",
+    "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
+    "NotSupported", "Pending", "Slugs", "TurnEnd", "TurnResult", "Unreachable", "agent_and_app", "driver_app",
+    "driver_for", "same_reach",
 ]
 
 

@@ -18,7 +18,9 @@ from ..coder import errors as ce
 from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, Text, Timestamp
 from ..polling import until
-from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable, oversized
+from .base import (
+    Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable, oversized,
+)
 from .wire import ConversationPage
 
 __all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal"]
@@ -53,7 +55,7 @@ def is_busy_refusal(exc: ce.CoderError) -> bool:
 class AgentAPIDriver:
     """One workspace's AgentAPI, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
-    kind = "agentapi"
+    kind: DriverKind = "agentapi"
 
     def __init__(self, client: CoderClient, app: App) -> None:
         self.client = client

@@ -15,15 +15,16 @@ from ..coder.bounded import Limit
 from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
-    Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, TurnResult, Unreachable, oversized,
+    Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, TurnEnd, TurnResult,
+    Unreachable, oversized,
 )
 from .wire import ConversationPage
 
 __all__ = ["RunnerDriver"]
 
 T = TypeVar("T")
-_STATES = {"working": "working", "starting": "starting", "idle": "idle", "needs_input": "needs_input",
-           "error": "error"}
+_STATES: dict[str, LiveState] = {"working": "working", "starting": "starting", "idle": "idle",
+                                 "needs_input": "needs_input", "error": "error"}
 
 
 class _Pending(LenientModel):
@@ -44,7 +45,7 @@ class _State(LenientModel):
     queued: int = 0
     turns: int = 0
     cost_usd: float = 0.0
-    last_turn: Literal["succeeded", "failed", "interrupted"] | None = None
+    last_turn: TurnEnd | None = None
     last_cost_usd: float | None = None
     changes_summary: str | None = None
 
@@ -123,7 +124,7 @@ class _Results(LenientModel):
 class RunnerDriver:
     """One workspace's runner, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
-    kind = "runner"
+    kind: DriverKind = "runner"
 
     def __init__(self, client: CoderClient, app: App) -> None:
         self.client = client
@@ -139,7 +140,7 @@ class RunnerDriver:
     async def live(self) -> Live:
         s: _State = await self._call("GET", "state", _State)
         pending = Pending(s.pending.tool, s.pending.summary, s.pending.since) if s.pending else None
-        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,  # type: ignore[arg-type]
+        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,
                     since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
                     cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
                     changes_summary=s.changes_summary)

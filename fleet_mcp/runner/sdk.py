@@ -32,11 +32,12 @@ def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any,
     """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended;
     with `result_schema`, turns end in an object of that shape (Claude Code's StructuredOutput tool)."""
     from claude_agent_sdk import ClaudeAgentOptions
+    from claude_agent_sdk.types import SystemPromptPreset
 
-    prompt: dict[str, str] = {"type": "preset", "preset": "claude_code"}
+    prompt: SystemPromptPreset = {"type": "preset", "preset": "claude_code"}
     if settings.system_prompt.strip():
         prompt["append"] = settings.system_prompt
-    return ClaudeAgentOptions(cwd=str(settings.workdir), system_prompt=prompt,  # type: ignore[arg-type]
+    return ClaudeAgentOptions(cwd=str(settings.workdir), system_prompt=prompt,
                               permission_mode=settings.permission_mode, can_use_tool=can_use_tool, resume=resume,
                               model=settings.model, max_turns=settings.max_turns,
                               max_budget_usd=settings.max_cost_usd,
