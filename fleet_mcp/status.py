@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from .coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
-from .drivers import Live, Slugs, agent_and_app
+from .drivers import Driver, Live, Slugs, agent_and_app
 
 __all__ = [
     "NEEDS_INPUT_PREFIX", "READY", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
@@ -43,12 +43,13 @@ class Status:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One agent as gathered for a call: the workspace, its build parameters and the driver's answer."""
+    """One agent as gathered for a call: the workspace, its build parameters, its driver and the driver's answer."""
 
     workspace: Workspace
     params: dict[str, str] = field(default_factory=dict)
     live: Live | None = None
     unreachable: str | None = None  # why the driver could not be asked, when it could not
+    driver: Driver | None = None  # how its agent's program is reached (asked only while the workspace is ready)
 
 
 def base_status(ws: Workspace, slugs: Slugs) -> Status:
