@@ -145,3 +145,42 @@ def test_subdomain_labels_follow_coders_appurl():
     assert App("alice", "ws-1", "main", "fleet", True, "fleet--ws-1--alice").label() == "fleet--ws-1--alice"
     with pytest.raises(ValueError):
         App("me", "ws", None, "ccw").label()
+
+
+async def test_connect_to_over_tls_keeps_the_tls_name_and_host(tmp_path):
+    """A TLS server for `*.apps.example.test` at 127.0.0.1: reached through FLEET_MCP_CONNECT_TO, the TLS
+    handshake names the app host (SNI), the certificate is checked against it, and Host is the app host."""
+    import asyncio
+    import json
+    import ssl
+    import subprocess
+
+    from fleet_mcp.coder.client import CoderClient
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=apps.example.test", "-addext", "subjectAltName=DNS:*.apps.example.test",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    names: list[str | None] = []
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    served.sni_callback = lambda sock, name, ctx: names.append(name)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        host = next(line.split(":", 1)[1].strip() for line in head if line.lower().startswith("host:"))
+        body = json.dumps({"host": host, "target": head[0].split(" ")[1]}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+                     + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    trusting = httpx.AsyncHTTPTransport(verify=ssl.create_default_context(cafile=str(cert)))
+    async with server, CoderClient("https://coder.example.test", "t0ken-123456", transport=trusting,
+                                   connect_to=ConnectTo.parse(f"*.{APP_HOST}=127.0.0.1:{port}")) as client:
+        client.apps.wildcard = f"*.{APP_HOST}"  # as Coder's /api/v2/applications/host would say
+        seen = await client.app_request("GET", App("alice", "w", None, "fleet", subdomain=True), "state", dict)
+    assert seen == {"host": f"fleet--w--alice.{APP_HOST}", "target": "/state"}
+    assert names == [f"fleet--w--alice.{APP_HOST}"]
