@@ -224,6 +224,7 @@ async def test_a_streamed_answer_arrives_as_it_is_sent(serve):
     assert seen == ["data: first", "data: second"]
 
 
+@pytest.mark.system
 async def test_tls_with_a_trusted_and_an_untrusted_certificate(serve, tmp_path: Path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",

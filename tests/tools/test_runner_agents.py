@@ -21,7 +21,7 @@ from fleet_mcp.emulator import REAL_TIME, Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}
 
 
