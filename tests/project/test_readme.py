@@ -48,3 +48,32 @@ def test_the_statuses_section_explains_every_status():
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     for status in get_args(AgentStatus):
         assert any(f"`{status}`" in row.split("|")[1] for row in rows), f"{status} is not explained"
+
+
+def test_settings_table_is_current():
+    settings_table = script("settings_table")
+    readme = (REPO / "README.md").read_text()
+    fresh = settings_table.updated(readme, settings_table.render(), settings_table.START, settings_table.END)
+    assert fresh == readme, "README.md's settings table is stale: run python scripts/settings_table.py"
+
+
+def test_every_setting_is_described_and_in_the_table_once():
+    from fleet_mcp.settings import Settings, env_name
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("<!-- settings:start -->"):readme.index("<!-- settings:end -->")]
+    listed = [line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")]
+    assert len(listed) == len(set(listed)), "a setting is listed twice"
+    assert listed == [env_name(name) for name in Settings.model_fields]
+    assert all(info.description for info in Settings.model_fields.values())
+
+
+def test_help_gives_each_setting_its_default_and_meaning():
+    from fleet_mcp.cli import _parser
+    from fleet_mcp.settings import documented
+
+    text = " ".join(_parser().format_help().split())
+    for env, default, meaning in documented():
+        words = " ".join(meaning.replace("`", "").split())[:40]
+        assert f"{env} {words}" in text, env
+        assert f"(default: {default.replace('`', '')})" in text, env
