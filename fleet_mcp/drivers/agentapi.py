@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import httpx
 import pydantic
+from httpx_sse import EventSource, SSEError
 
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
@@ -141,19 +142,17 @@ class AgentAPIDriver:
 
         async def read() -> None:
             async with self.client.app_stream(self._path("events")) as response:
-                event, replayed_status = "", False
-                async for line in response.aiter_lines():
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                        if replayed_status and event != "agent_error":
-                            return
-                        replayed_status = replayed_status or event == "status_change"
-                    elif line.startswith("data:") and event == "agent_error":
-                        errors.append(AgentError.model_validate_json(line[5:].strip()).message)
+                replayed_status = False
+                async for sse in EventSource(response).aiter_sse():
+                    if replayed_status and sse.event != "agent_error":
+                        return
+                    replayed_status = replayed_status or sse.event == "status_change"
+                    if sse.event == "agent_error":
+                        errors.append(AgentError.model_validate_json(sse.data).message)
 
         try:
             await asyncio.wait_for(read(), wait)
-        except (TimeoutError, httpx.HTTPError, pydantic.ValidationError):
+        except (TimeoutError, httpx.HTTPError, SSEError, pydantic.ValidationError):
             pass
         return [e for e in errors if e]
 
