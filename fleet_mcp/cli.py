@@ -101,7 +101,13 @@ def _emulator(args: argparse.Namespace) -> int:
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:  # as the server says it: one line, exit 2
+        from .listener import bind_failure
+
+        print(f"fleet-mcp emulator: {bind_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 2
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     emulator.url = f"http://{url_host}:{port}"
@@ -121,7 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .connections import raise_fd_limit
     from .logs import setup as setup_logs
-    from .preflight import StartupError, check_coder, load_settings
+    from .preflight import StartupError, check_coder, load_settings, unknown_settings
 
     fd_limit = raise_fd_limit()
     overrides = {"read_only": True} if args.read_only else {}
@@ -149,7 +155,12 @@ def _serve(args: argparse.Namespace) -> int:
                                      **overrides)
         else:
             settings = load_settings(**overrides)
-        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+        from .front import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
+
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+                   settings.log_level, also=sent_token if args.transport == "http" else None)
+        for warning in unknown_settings():
+            logging.getLogger("fleet_mcp").warning("%s", warning)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")
@@ -187,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
         if sock is not None:
             asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
         else:
-            asyncio.run(serve_stdio(server))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it

@@ -6,12 +6,18 @@ shell already logged in to Coder works as is; our own knobs are `FLEET_MCP_*`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .coder.client import CoderClient
 
 __all__ = ["Settings", "documented", "env_name"]
 
@@ -53,7 +59,11 @@ class Settings(BaseSettings):
         description="the runner app's slug in your template (an agent's driver follows from which app its workspace "
                     "has)",
     )
-    request_timeout_s: float = Field(default=30.0, gt=0, description="per request to Coder")
+    request_timeout_s: float = Field(
+        default=30.0, gt=0,
+        description="per request to Coder once connected, its whole answer included (a body still arriving then is "
+                    "cut)",
+    )
     connect_timeout_s: float = Field(default=5.0, gt=0, description="per connection to Coder")
     retry_budget_s: float = Field(
         default=20.0, ge=0,
@@ -187,7 +197,15 @@ class Settings(BaseSettings):
         default=60.0, ge=0,
         description=(
             'with `FLEET_MCP_AUTH=coder`: how long Coder\'s "yes, this is alice" for a token is trusted before it is '
-            "asked again (kept by the token's SHA-256, never the token)"
+            "asked again, and its \"no\" refused without asking (kept by the token's SHA-256, never the token)"
+        ),
+    )
+    auth_refusals_per_minute: int = Field(
+        default=10, ge=1,
+        description=(
+            "with `FLEET_MCP_AUTH=coder`: tokens Coder may refuse per client address a minute (a burst of as many, "
+            "refilled steadily); beyond, a token not yet accepted gets 429 with `Retry-After` and Coder is not asked. "
+            "Tokens Coder accepted are never limited"
         ),
     )
     max_users: int = Field(
@@ -212,6 +230,11 @@ class Settings(BaseSettings):
         ),
     )
     read_only: bool = Field(default=False, description="serve only the tools tagged `read` (as `--read-only`)")
+    # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        description="what the server logs on stderr: `DEBUG`, `INFO`, `WARNING` or `ERROR` (see [Logs](#logs))",
+    )
 
     @field_validator("coder_url")
     @classmethod
@@ -259,6 +282,18 @@ class Settings(BaseSettings):
         """These settings acting as the holder of `token` (per-user mode)."""
         return self.model_copy(update={"coder_session_token": SecretStr(token)})
 
+    def coder_client(self, transport: httpx.AsyncBaseTransport | None = None, *,
+                     on_request: Callable[[], None] | None = None) -> CoderClient:
+        """A Coder client with these settings (URL, token, timeouts, retry budget), its retries kept within
+        the deadline of the tool call it serves (`polling.within`)."""
+        from .coder.client import CoderClient
+        from .polling import current_deadline
+
+        token = self.coder_session_token.get_secret_value() if self.coder_session_token is not None else None
+        return CoderClient(self.coder_url, token, transport=transport, request_timeout_s=self.request_timeout_s,
+                           connect_timeout_s=self.connect_timeout_s, retry_budget_s=self.retry_budget_s,
+                           on_request=on_request, deadline=current_deadline)
+
     @field_validator("auth_token")
     @classmethod
     def _blank_auth_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
@@ -284,6 +319,11 @@ class Settings(BaseSettings):
             raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
                              "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_any_case(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("audit_log", mode="before")
     @classmethod

@@ -12,18 +12,22 @@ import html
 import json
 import re
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from ..redaction import redact
+from .netcause import Kind
+
 __all__ = [
-    "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "CoderError",
-    "Conflict", "Forbidden", "Gone", "NotFound", "PathAppsDisabled", "RateLimited",
+    "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "Cause", "CoderError",
+    "Conflict", "Forbidden", "Gone", "NotFound", "Oversized", "PathAppsDisabled", "RateLimited",
     "ServerError", "Unauthorized", "Unavailable", "Validation", "WorkspaceOffline",
     "error_from_response", "redact",
 ]
 
-_REDACTED = "[REDACTED]"
+Cause = Kind | Literal["garbled", "oversized"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,30 @@ class ServerError(CoderError):
 
 
 class Unavailable(CoderError):
-    """No usable answer: connection refused, timeout, dropped connection, garbled body."""
+    """No usable answer: connection refused, timeout, dropped connection, garbled body.
+
+    `cause` says which, where known: `refused`, `dns`, `tls`, `timeout`, `dropped`, `other` (see `netcause`),
+    `garbled` (a body that is not what was asked for), `oversized`.
+    """
+
+    def __init__(
+        self,
+        status: int | None,
+        message: str,
+        detail: str = "",
+        validations: list[Validation] | tuple[Validation, ...] = (),
+        *,
+        cause: Cause | None = None,
+    ) -> None:
+        super().__init__(status, message, detail, validations)
+        self.cause = cause
+
+
+class Oversized(Unavailable):
+    """An answer over the size cap for its kind (decoded size), or compressed in a way that cannot be read;
+    `agent` names the agent whose app sent it, where a caller knows."""
+
+    agent: str | None = None
 
 
 class AppProxyError(CoderError):
@@ -128,15 +155,6 @@ class AppNotFound(AppProxyError):
 
 class PathAppsDisabled(AppProxyError):
     """Path-based apps are disabled on the deployment; only subdomain apps work."""
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with every occurrence of `secret` replaced.
-
-    Secrets shorter than 6 characters (never a real Coder token) are left alone:
-    replacing them would shred ordinary words.
-    """
-    return text.replace(secret, _REDACTED) if secret and len(secret) >= 6 and text else text
 
 
 _BY_STATUS: dict[int, type[CoderError]] = {

@@ -12,14 +12,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import httpx
 import pydantic
-from httpx_sse import EventSource, SSEError
 
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, Text, Timestamp
-from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable
+from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable, oversized
 from .wire import ConversationPage
 
 __all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal"]
@@ -67,6 +65,8 @@ class AgentAPIDriver:
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await call()
+        except ce.Oversized as exc:
+            raise oversized(self.address[1], exc) from None
         except ce.AppNotFound:
             raise Unreachable(f"The workspace has no app {self.slug!r}: its template lacks the AgentAPI "
                               "app.") from None
@@ -85,7 +85,7 @@ class AgentAPIDriver:
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call(
-            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage))
+            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage, limit="conversation"))
         return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
@@ -141,18 +141,20 @@ class AgentAPIDriver:
         errors: list[str] = []
 
         async def read() -> None:
-            async with self.client.app_stream(self._path("events")) as response:
-                replayed_status = False
-                async for sse in EventSource(response).aiter_sse():
-                    if replayed_status and sse.event != "agent_error":
-                        return
-                    replayed_status = replayed_status or sse.event == "status_change"
-                    if sse.event == "agent_error":
-                        errors.append(AgentError.model_validate_json(sse.data).message)
+            async with self.client.app_lines(self._path("events")) as lines:
+                event, replayed_status = "", False
+                async for line in lines:
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                        if replayed_status and event != "agent_error":
+                            return
+                        replayed_status = replayed_status or event == "status_change"
+                    elif line.startswith("data:") and event == "agent_error":
+                        errors.append(AgentError.model_validate_json(line[5:].strip()).message)
 
         try:
             await asyncio.wait_for(read(), wait)
-        except (TimeoutError, httpx.HTTPError, SSEError, pydantic.ValidationError):
+        except (TimeoutError, ce.Unavailable, pydantic.ValidationError):
             pass
         return [e for e in errors if e]
 
