@@ -233,7 +233,8 @@ class Settings(BaseSettings):
     # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO",
-        description="what the server logs on stderr: `DEBUG`, `INFO`, `WARNING` or `ERROR` (see [Logs](#logs))",
+        description="what the server logs on stderr: `DEBUG`, `INFO`, `WARNING` or `ERROR` (any case; see "
+                    "[Logs](#logs))",
     )
 
     @field_validator("coder_url")
