@@ -10,8 +10,7 @@ import yaml
 from coder_spec import RecordedShapes, missing_keys, reference_dir
 from support import client_for, create_workspace, template_named
 
-pytestmark = [pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent"),
-              pytest.mark.xdist_group("recorded_shapes")]  # its module fixture reads every recording once
+pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
 
 
 @pytest.fixture(scope="module")

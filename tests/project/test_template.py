@@ -27,9 +27,6 @@ from fleet_mcp.emulator.seed import ROLE_PROMPTS, ROLES
 from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.settings import Settings
 
-# Its module fixtures parse the templates (seconds each): with -n, one worker parses each once.
-pytestmark = pytest.mark.xdist_group("template")
-
 KINDS = {"runner": TEMPLATES / "fleet-agent" / "main.tf", "agentapi": TEMPLATES / "fleet-agent-agentapi" / "main.tf"}
 APP = {"runner": "fleet", "agentapi": "ccw"}
 # 2.13: the nested agentapi module reads data.coder_task; the runner template needs 2.9 (preset descriptions).

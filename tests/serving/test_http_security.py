@@ -19,8 +19,7 @@ from support import fleet_settings
 
 from fleet_mcp.http import Drain, Gate, allowed_hosts, refuse_bind
 
-# Its module fixtures start processes: one worker runs them all, once.
-pytestmark = [pytest.mark.system, pytest.mark.xdist_group("http_security")]
+pytestmark = pytest.mark.system
 
 TOKEN = "fleet-http-t0ken-never-logged"
 ALLOWED = "fleet.example"

@@ -13,8 +13,7 @@ import pytest
 from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
 from support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
-# Its module fixtures start processes: one worker runs them all, once.
-pytestmark = [pytest.mark.system, pytest.mark.xdist_group("team")]
+pytestmark = pytest.mark.system
 
 AGENT_TOOLS = {  # every tool naming one agent, with arguments that would otherwise be accepted
     "show_agent": {}, "show_agent_task_history": {}, "show_agent_log": {}, "get_agent_result": {},

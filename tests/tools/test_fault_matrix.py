@@ -10,8 +10,9 @@ as `bad_request` for the tools that need a live agent.
 Every case also checks: no "unexpected problem" envelope (an exception the
 server did not foresee), and the session token in no tool answer, no log
 record (fleet_mcp, fastmcp, httpx, httpcore at DEBUG) and nothing written to
-stdout or stderr. The last test prints how many (tool, fault) pairs ran, and
-checks the servers still answer.
+stdout or stderr. The matrix has a column for every tool (checked at import),
+and one more test keeps a session of each server through persistent faults and
+checks it still answers.
 
 One emulator serves on a socket for the whole module and is reset in-process
 between cases; each settings profile (small timeouts, a bigger retry budget
