@@ -103,8 +103,8 @@ class Settings(BaseSettings):
     # Lifecycle and budgets: a cap on the fleet, an idle autostop, and what runner agents may spend.
     max_agents: int = Field(
         default=20, ge=0,
-        description="the fleet's cap (per Coder user), counted from Coder (holds across servers and restarts); `0` "
-                    "for none",
+        description="the fleet's cap (per Coder user), counted from Coder (holds across servers and restarts, and "
+                    "under concurrent creates: see `specs/tools.md`); agents being deleted do not count; `0` for none",
     )
     autostop_minutes: int | None = Field(
         default=None, ge=1,

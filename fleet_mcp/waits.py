@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
-from .errors import bad_request, not_found
+from .errors import bad_request, not_found, unavailable
 from .fleet import Fleet, quietly, reported_task, settle
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
-from .rules import FLEET_QUERY, NAME_RE, iso
+from .rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
@@ -64,9 +64,10 @@ def _met(status: Status, until: set[str]) -> bool:
 class Waits:
     """wait_for_agents and show_agents."""
 
-    def __init__(self, fleet: Fleet, meter: Meter | None = None) -> None:
+    def __init__(self, fleet: Fleet, meter: Meter | None = None, stopping: asyncio.Event | None = None) -> None:
         self.fleet = fleet
         self.meter = meter if meter is not None else Meter(fleet.settings.rate_share)
+        self.stopping = stopping if stopping is not None else asyncio.Event()  # set when the server stops
         self.listing = Listing(lambda: fleet.client.workspaces(FLEET_QUERY))
 
     async def wait(self, names: list[str], until: Sequence[str], mode: str, timeout_s: float,
@@ -104,14 +105,25 @@ class Waits:
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
             # next listing asked at most one interval after it. Progress keeps its own beat in between.
             next_poll = self.listing.asked_at + interval
-            await asyncio.sleep(max(0.0, min(next_poll, last_said + settings.progress_interval_s, deadline)
-                                    - loop.time()))
+            await self._pause(max(0.0, min(next_poll, last_said + settings.progress_interval_s, deadline)
+                                  - loop.time()), loop.time() - started)
             if loop.time() < min(next_poll, deadline):
                 continue  # woken to say progress: the listing is still young
             if self.meter.free_in() > max(0.0, deadline - loop.time()):
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval)
+
+    async def _pause(self, seconds: float, waited: float) -> None:
+        """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
+        once rather than holding its shutdown or dropping the connection: the caller waits again elsewhere."""
+        try:
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        except TimeoutError:
+            return
+        raise unavailable(f"This server is stopping (a restart or a redeploy) and ended the wait after {waited:.0f} "
+                          "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
+                          "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
     def _waited(self, name: str, ws: Workspace | None, until: set[str]) -> WaitedAgent:
         if ws is None:
@@ -173,7 +185,10 @@ class Waits:
         asked = [m.content for m in messages or [] if m.role == "user"]
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                            current_task=(asked[-1] if asked and messages is not None else task),
-                           problem=status.problem, latest_output=_preview(messages))
+                           problem=status.problem, latest_output=_preview(messages),
+                           last_turn=(live.last_turn if live and live.last_turn else status.last_turn),  # type: ignore[arg-type]
+                           cost_usd=live.last_cost_usd if live else None,
+                           changes_summary=live.changes_summary if live else None)
 
     async def _details(self, driver: Driver) -> Details:
         """(live state, why the agent could not be reached, conversation) as a glance needs them."""
@@ -205,7 +220,7 @@ def _names(names: list[str], most: int = 100) -> list[str]:
     if len(names) > most:
         raise bad_request(f"At most {most} agents at once.", field="agent_names")
     unique = list(dict.fromkeys(names))
-    bad = [n for n in unique if not NAME_RE.match(n) or len(n) > 32]
+    bad = [n for n in unique if not valid_name(n)]
     if bad:
         raise not_found(f"No agent named {bad[0][:40]!r}.", agent_names=[b[:40] for b in bad])
     return unique

@@ -17,6 +17,7 @@ import pydantic
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, Text, Timestamp
+from ..polling import until
 from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable, oversized
 from .wire import ConversationPage
 
@@ -88,7 +89,10 @@ class AgentAPIDriver:
             lambda: self.client.app_request("GET", self._path("messages"), ConversationPage, limit="conversation"))
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+        if result_schema is not None:
+            raise NotSupported("A result_schema needs the runner (Claude Code's structured output); this agent "
+                               "runs on AgentAPI.")
         if if_busy == "queue":
             raise NotSupported("Queueing a task needs the runner; this agent runs on AgentAPI, which takes a task "
                                "only between turns. Use if_busy='reject' and send it when the agent is idle, or "
@@ -100,12 +104,13 @@ class AgentAPIDriver:
         return False
 
     async def _settle(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SETTLE_S
-        while (await self._status()).status == "running":
-            if loop.time() >= deadline:
-                raise Busy("The agent did not stop after the interrupt.")
-            await asyncio.sleep(SETTLE_POLL_S)
+        """Wait until the interrupted turn has ended: SETTLE_S at most, its status requests included."""
+        try:
+            async with until(asyncio.get_running_loop().time() + SETTLE_S):
+                while (await self._status()).status == "running":
+                    await asyncio.sleep(SETTLE_POLL_S)
+        except TimeoutError:
+            raise Busy("The agent did not stop after the interrupt.") from None
 
     async def _keys(self, content: str, kind: str) -> None:
         try:
@@ -160,4 +165,7 @@ class AgentAPIDriver:
 
     async def results(self) -> list[TurnResult]:
         raise NotSupported("Turn results, cost and budgets need the runner; this agent runs on AgentAPI.")
+
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> None:
+        raise NotSupported("AgentAPI records no changes: diffs need the runner.")
 

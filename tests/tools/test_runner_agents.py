@@ -7,40 +7,11 @@ test walks a whole story.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-
-import httpx
 import pytest
-from fastmcp import Client
-from runners import needs_sdk
-from support import TOKEN, CheckedTransport, Tools, fleet_settings
-
-from fleet_mcp.emulator import REAL_TIME, Emulator
-from fleet_mcp.emulator.app import running
-from fleet_mcp.server import build_server
+from runners import disk, needs_sdk, runner_fleet
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}
-
-
-@asynccontextmanager
-async def runner_fleet(conformance, **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
-    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner."""
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner")
-    async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
-                                                           timeout=30) as coder:
-        transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
-        server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
-                                             cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
-        async with Client(server) as client:
-            yield Tools(client), coder
-
-
-async def disk(coder: httpx.AsyncClient, name: str) -> Path:
-    """The agent's workspace directory, where Claude Code works."""
-    return Path((await coder.get(f"/emulator/agents/{name}/runner")).json()["directory"]) / "work"
 
 
 async def test_a_runner_agent_through_its_turns(conformance):
@@ -96,7 +67,8 @@ async def test_a_runner_agent_through_its_turns(conformance):
         assert last["total_cost_usd"] > result["total_cost_usd"]  # cost sums over the turns
         assert last["total_cost_usd"] == round(last["total_cost_usd"], 6)  # to a millionth: no float noise
         history = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]
-        assert "Interrupted: Keep going [[hang]]" in [t["message"] for t in history]  # the canceled turn stays
+        # The canceled turn stays (a failure: with a queued task next, no idle may say the agent waits).
+        assert ("failure", "Interrupted: Keep going [[hang]]") in [(t["state"], t["message"]) for t in history]
         ends = [(t["state"], t["message"]) for t in history if t["state"] != "working"]
         assert len(ends) == len(set(ends)), ends  # one entry per turn end, not complete + idle
 
@@ -107,6 +79,14 @@ async def test_a_runner_agent_through_its_turns(conformance):
         assert instead["task"]["state"] == "working"
         await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
         assert (await disk(coder, "sdk-one") / "b.txt").is_file()
+
+        await tools("start_agent_task", agent_name="sdk-one", task_description="Last [[hang]]")
+        assert (await tools("cancel_agent_task", agent_name="sdk-one"))["agent_status"] == "idle"
+        waited = await tools("wait_for_agents", agent_names=["sdk-one"], until=["idle", "failed"], **WAIT)
+        assert waited["agents"][0]["last_turn"] == "interrupted"  # lists say what get_agent_result says
+        ended = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"][0]
+        assert (ended["state"], ended["message"]) == ("idle", "Interrupted: Last [[hang]]")  # idle alone
+        assert (await tools("get_agent_result", agent_name="sdk-one"))["outcome"] == "interrupted"
 
 
 async def test_permissions_and_failures_on_the_runner(conformance):
