@@ -76,9 +76,10 @@ TOOLS: dict[str, dict] = {
     "get_agent_result": {"agent_name": "idler"},
     "wait_for_agents": {"agent_names": ["idler"], "timeout_s": 0},
     "show_agents": {"agent_names": ["idler", "runner"]},
+    "show_agent_diff": {"agent_name": "idler"},  # an AgentAPI agent: the diff needs the runner
 }
 READ_ONLY = {"list_agents", "show_agent", "show_agent_task_history", "show_agent_log", "list_agent_roles",
-             "list_agent_projects", "get_agent_result", "wait_for_agents", "show_agents"}
+             "list_agent_projects", "get_agent_result", "wait_for_agents", "show_agents", "show_agent_diff"}
 # The tools that send a write in a healthy case (answer_agent and start_agent have nothing to do here).
 WRITING = {"create_agent", "delete_agent", "start_agent_task", "cancel_agent_task", "stop_agent"}
 
@@ -110,19 +111,19 @@ API, PROXY, API_ANY, PROXY_ANY, WRITES = "GET /api/*", "GET /@*", "* /api/*", "*
 
 # For start_agent, like show_agent, "ok" is the idler's usual status (idle) and a status word another one.
 #       create  list  show    history log    delete start-task cancel roles projects
-#       stop    start answer  result  wait   glance
+#       stop    start answer  result  wait   glance diff
 ALL_OK = ("ok", "ok", "busy", "ok", "ok", "ok", "ok", "ok", "ok", "ok",
-          "ok", "ok", "bad", "ok", "ok", "ok")
-ALL_UNAV = ("unav",) * 16
-ALL_UNAUTH = ("unauth",) * 16
+          "ok", "ok", "bad", "ok", "ok", "ok", "bad")
+ALL_UNAV = ("unav",) * 17
+ALL_UNAUTH = ("unauth",) * 17
 OFFLINE = ("ok", "ok", "offline", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
-           "ok", "offline", "bad", "bad", "ok", "ok")
+           "ok", "offline", "bad", "bad", "ok", "ok", "bad")
 PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok",  # a glance fails as show does
-              "ok", "unav", "unav", "unav", "ok", "unav")
+              "ok", "unav", "unav", "unav", "ok", "unav", "bad")
 WRITE_FAILS = ("unav", "ok", "busy", "ok", "ok", "unav", "unav", "unav", "ok", "ok",
-               "unav", "ok", "bad", "ok", "ok", "ok")
+               "unav", "ok", "bad", "ok", "ok", "ok", "bad")
 WRITE_502 = ("unav", "ok", "busy", "ok", "ok", "unav", "bad", "bad", "ok", "ok",  # 502 on the proxy: offline
-             "unav", "ok", "bad", "ok", "ok", "ok")
+             "unav", "ok", "bad", "ok", "ok", "ok", "bad")
 # The write happened and its answer was lost: every tool looks, finds it done and says so (issue 17).
 WRITE_LANDED = ALL_OK
 
@@ -164,9 +165,9 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     # The app proxy's own failures (HTML pages and redirects).
     "proxy-303-login": (Fault((rule(PROXY_ANY, "token_expiry", token=SECRET),)),
                         ("ok", "ok", "unauth", "ok", "unauth", "ok", "unauth", "unauth", "ok", "ok",
-                         "ok", "unauth", "unauth", "unauth", "ok", "unauth")),
+                         "ok", "unauth", "unauth", "unauth", "ok", "unauth", "bad")),
     "workspace-stopped": (Fault(state="stop"), ("ok", "ok", "stopped", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
-                                                "ok", "starting", "bad", "bad", "ok", "ok")),
+                                                "ok", "starting", "bad", "bad", "ok", "ok", "bad")),
     "proxy-400-workspace-offline": (Fault((status(PROXY_ANY, 400, message="Workspace Offline"),)), OFFLINE),
     "agentapi-down": (Fault(state="agentapi_down"), OFFLINE),
     "agentapi-down-502": (Fault(state="agentapi_down_unnoticed"), OFFLINE),
@@ -176,11 +177,11 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     # The token refused: from the start, or after one request went through.
     "token-expired": (Fault((rule(API_ANY, "token_expiry", token=SECRET),)), ALL_UNAUTH),
     "token-expired-mid-run": (Fault((rule(API_ANY, "token_expiry", token=SECRET, after=1),)),
-                              ("unauth", "ok") + ("unauth",) * 12 + ("ok", "ok")),
+                              ("unauth", "ok") + ("unauth",) * 12 + ("ok", "ok", "unauth")),
     # The workspace deleted under the call: 410 on reads after the name lookup ...
     "gone-410": (Fault((status("GET /api/v2/workspacebuilds/*", 410),)),
                  ("ok", "ok", "nf", "nf", "nf", "nf", "nf", "nf", "ok", "ok",
-                  "nf", "nf", "nf", "nf", "ok", "ok")),
+                  "nf", "nf", "nf", "nf", "ok", "ok", "nf")),
     # ... or really deleted while a read by id is on its way (cancel re-reads the workspace).
     "deleted-mid-call": (Fault((rule("GET /api/v2/workspaces/*", "latency", seconds=0.1, count=1),),
                                state="delete_when_held"), ALL_OK[:7] + ("nf",) + ALL_OK[8:]),
