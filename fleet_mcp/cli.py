@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                           "`fleet-mcp runner` per workspace (app fleet; needs the runner extra)")
     emu.add_argument("--anthropic-base-url", default=None,
                      help="the Messages API runners talk to (default: the emulator's scripted one)")
+    emu.add_argument("--wildcard-access-url", default="", metavar="PATTERN",
+                     help="serve subdomain apps under this wildcard host, as Coder's flag (e.g. '*.apps.example.test')")
+    emu.add_argument("--disable-path-apps", action="store_true",
+                     help="refuse path-based apps with Coder's 403 page, as Coder's flag")
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
     doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects",
                             epilog=DOCTOR_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,6 +105,8 @@ def _emulator(args: argparse.Namespace) -> int:
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
+    emulator.backend.wildcard_hostname = args.wildcard_access_url
+    emulator.backend.disable_path_apps = args.disable_path_apps
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:  # as the server says it: one line, exit 2

@@ -59,6 +59,16 @@ class Settings(BaseSettings):
         description="the runner app's slug in your template (an agent's driver follows from which app its workspace "
                     "has)",
     )
+    # Subdomain apps where wildcard DNS is not ready: HOST_PATTERN=ADDRESS:PORT[,...], as curl's --connect-to.
+    connect_to: str = Field(
+        default="",
+        description=(
+            "`HOST_PATTERN=ADDRESS:PORT[,...]`, as curl's `--connect-to`: requests for a matching host (`*` matches "
+            "anything) connect to that address while the Host header and TLS name stay the original; for subdomain "
+            "apps before wildcard DNS is ready, e.g. `*.apps.example.com=10.0.0.5:443` (see [Coder without path "
+            "apps](#coder-without-path-apps))"
+        ),
+    )
     request_timeout_s: float = Field(
         default=30.0, gt=0,
         description="per request to Coder once connected, its whole answer included (a body still arriving then is "
@@ -287,13 +297,14 @@ class Settings(BaseSettings):
                      on_request: Callable[[], None] | None = None) -> CoderClient:
         """A Coder client with these settings (URL, token, timeouts, retry budget), its retries kept within
         the deadline of the tool call it serves (`polling.within`)."""
-        from .coder.client import CoderClient
+        from .coder.client import CoderClient, ConnectTo
         from .polling import current_deadline
 
         token = self.coder_session_token.get_secret_value() if self.coder_session_token is not None else None
         return CoderClient(self.coder_url, token, transport=transport, request_timeout_s=self.request_timeout_s,
                            connect_timeout_s=self.connect_timeout_s, retry_budget_s=self.retry_budget_s,
-                           on_request=on_request, deadline=current_deadline)
+                           on_request=on_request, deadline=current_deadline,
+                           connect_to=ConnectTo.parse(self.connect_to))
 
     @field_validator("auth_token")
     @classmethod
@@ -319,6 +330,14 @@ class Settings(BaseSettings):
         if any("*" in host for host in value):
             raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
                              "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
+        return value
+
+    @field_validator("connect_to")
+    @classmethod
+    def _host_pattern_pairs(cls, value: str) -> str:
+        from .coder.apps import ConnectTo
+
+        ConnectTo.parse(value)
         return value
 
     @field_validator("log_level", mode="before")
@@ -356,7 +375,7 @@ def documented() -> list[tuple[str, str, str]]:
             shown = "(required)"
         else:
             default = info.get_default(call_default_factory=True)
-            if default is None or default == []:
+            if default is None or default in ("", []):
                 shown = "(unset)" if default is None else "(none)"
             elif isinstance(default, bool):
                 shown = f"`{str(default).lower()}`"

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from .coder import errors as ce
-from .drivers import Busy, Driver, DriverError, Live, NothingPending, NotSupported, TurnResult, Unreachable
+from .drivers import (
+    Busy, Driver, DriverError, Live, NothingPending, NotSupported, TurnResult, Unreachable, same_reach,
+)
 from .errors import FleetError, bad_request, conflict, unavailable
 from .fleet import Fleet
 from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, until
+from .reads import prefetch, quietly
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
@@ -135,7 +139,7 @@ class Turns:
                               field="decision")
         snap, _ = await self.fleet.snapshot(name)
         status = live_status(snap, self.fleet.slugs)
-        driver = self.fleet.driver(snap.workspace)
+        driver = snap.driver
         if driver is None or status.value != "needs_input":
             raise bad_request(f"Agent {name!r} is {status.value}: it waits on no answer.", status=status.value)
         if driver.kind == "runner" and decision.isdigit():
@@ -149,17 +153,26 @@ class Turns:
                                   "Try again.") from None
         except DriverError as exc:
             raise refused(name, exc) from None
-        after = live_status(Snapshot(snap.workspace, snap.params, *(await self.fleet.live(driver))), self.fleet.slugs)
+        live, unreachable = await self.fleet.live(driver)
+        after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, agent_status=after.value,  # type: ignore[arg-type]
                             message=f"Answered {decision!r}; the agent is {after.value}.")
 
     async def result(self, name: str) -> TurnOutcome:
-        snap, messages = await self.fleet.snapshot(name, conversation=True)
-        driver = self.fleet.driver(snap.workspace)
-        if driver is None or snap.live is None:
-            raise self.fleet.not_ready(snap, "so its result cannot be read")
+        # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
+        # turn's changes and typed answer): one round trip, used only if the workspace still says that address.
+        known = self.fleet.remembered(name)
+        early = {"results": known.results()} if known is not None and known.kind == "runner" else {}
+        with prefetch(early) as begun:
+            snap, messages = await self.fleet.snapshot(name, conversation=not begun)
+            driver = snap.driver
+            if driver is None or snap.live is None:
+                raise self.fleet.not_ready(snap, "so its result cannot be read")
+            if driver.kind == "runner":
+                results = await (begun["results"] if begun and same_reach(known, driver) else driver.results())
+            elif messages is None:
+                messages = await quietly(driver.conversation())
         if driver.kind == "runner":
-            results = await driver.results()
             if not results:
                 raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
                     snap, self.fleet.slugs).value)

@@ -10,7 +10,8 @@ import pytest
 
 from conformance import Conformance
 from fleet_mcp.emulator import Emulator
-from support import ALICE_TOKEN, SPAWNS, TOKEN, CheckedTransport, Tools, client_for, count_spawns, fleet_settings
+from support import (ALICE_TOKEN, SPAWNS, TOKEN, CheckedTransport, Tools, client_for, count_spawns, fleet_settings,
+                     subdomain_apps_only)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,12 +75,21 @@ async def alice(emulator: Emulator, conformance: Conformance) -> AsyncIterator[h
         yield client
 
 
+@pytest.fixture(params=["path", "subdomain"])
+def app_mode(request: pytest.FixtureRequest) -> str:
+    """How the fleet reaches workspace apps: Coder's path form, or subdomains on a deployment that
+    refuses path apps (`--disable-path-apps` with a wildcard access URL)."""
+    return request.param
+
+
 @pytest.fixture
-async def tools(emulator: Emulator, conformance: Conformance) -> AsyncIterator[Tools]:
+async def tools(emulator: Emulator, conformance: Conformance, app_mode: str) -> AsyncIterator[Tools]:
     from fastmcp import Client
 
     from fleet_mcp.server import build_server
 
+    if app_mode == "subdomain":
+        subdomain_apps_only(emulator)
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     server = build_server(fleet_settings(), transport=transport)
     async with Client(server) as client:

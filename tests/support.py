@@ -46,6 +46,15 @@ def count_spawns() -> None:
     subprocess.Popen.__init__ = counted  # type: ignore[method-assign]
 
 
+APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this
+
+
+def subdomain_apps_only(emulator: Emulator) -> None:
+    """The emulator as a Coder run with `--wildcard-access-url '*.apps.example.test' --disable-path-apps`."""
+    emulator.backend.wildcard_hostname = f"*.{APP_HOST}"
+    emulator.backend.disable_path_apps = True
+
+
 def client_for(emulator: Emulator, conformance: Conformance, token: str | None = TOKEN) -> httpx.AsyncClient:
     """An httpx client talking to the emulator in-process; every JSON answer is checked."""
     headers = {"Coder-Session-Token": token} if token else {}

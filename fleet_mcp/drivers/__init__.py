@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..coder.client import CoderClient
+from ..coder.client import App, CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver
 from .base import (
@@ -58,4 +58,5 @@ def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs) -> Driver | Non
     if app is None:
         return None
     kind = RunnerDriver if app.slug == slugs.runner else AgentAPIDriver
-    return kind(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug)
+    return kind(client, App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain,
+                            app.subdomain_name))

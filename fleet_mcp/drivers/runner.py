@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from ..coder import errors as ce
 from ..coder.bounded import Limit
-from ..coder.client import CoderClient, app_proxy_path
+from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
     Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, TurnResult, Unreachable, oversized,
@@ -121,19 +121,19 @@ class _Results(LenientModel):
 
 
 class RunnerDriver:
-    """One workspace's runner, at `/@owner/workspace.agent/apps/<slug>/`."""
+    """One workspace's runner, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
     kind = "runner"
 
-    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
+    def __init__(self, client: CoderClient, app: App) -> None:
         self.client = client
-        self.slug = slug
-        self.address = (owner, workspace, agent, slug)
+        self.app = app
+        self.slug = app.slug
+        self.address = (app.owner, app.workspace, app.agent, app.slug)
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
                     limit: Limit = "status") -> Any:
-        path = app_proxy_path(*self.address, rest)
-        return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body,
+        return await _reachable(self.slug, lambda: self.client.app_request(method, self.app, rest, model, json=body,
                                                                            limit=limit), self.address[1])
 
     async def live(self) -> Live:

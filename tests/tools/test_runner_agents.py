@@ -14,8 +14,8 @@ pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}
 
 
-async def test_a_runner_agent_through_its_turns(conformance):
-    async with runner_fleet(conformance) as (tools, coder):
+async def test_a_runner_agent_through_its_turns(conformance, app_mode):
+    async with runner_fleet(conformance, app_mode) as (tools, coder):
         made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                            model="haiku")
         assert made["agent"]["status"] == "pending"
