@@ -117,6 +117,31 @@ async def test_connect_to_reaches_a_wildcard_host_no_dns_knows(conformance):
             assert "error" not in sent, sent
 
 
+def self_signed(where, name: str):
+    """A certificate for `name` and its key, as PEM files (the certificate is its own authority)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name.lstrip("*."))])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = where / "cert.pem", where / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
 def test_connect_to_keeps_the_host_header_and_tls_name():
     rules = ConnectTo.parse(" *.apps.example.com=10.0.0.5:8443 , coder.example.com=[::1]:443,")
     assert rules.rules == (("*.apps.example.com", "10.0.0.5", 8443), ("coder.example.com", "::1", 443))
@@ -153,14 +178,10 @@ async def test_connect_to_over_tls_keeps_the_tls_name_and_host(tmp_path):
     import asyncio
     import json
     import ssl
-    import subprocess
 
     from fleet_mcp.coder.client import CoderClient
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=apps.example.test", "-addext", "subjectAltName=DNS:*.apps.example.test",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed(tmp_path, f"*.{APP_HOST}")
     names: list[str | None] = []
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     served.load_cert_chain(cert, key)
