@@ -13,6 +13,8 @@ import httpx
 import pytest
 from processes import emulator_process, stop
 
+pytestmark = pytest.mark.system
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_emulator_serves_and_stops_cleanly(sig, tmp_path):

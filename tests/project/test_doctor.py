@@ -252,6 +252,7 @@ def test_missing_settings_is_exit_2(monkeypatch, tmp_path, capsys):
     ({}, 0, "2 of 2 fleet projects complete."),
     ({"FLEET_MCP_APP_SLUG": "claude"}, 1, "0 of 2 fleet projects complete: the fleet cannot create an agent"),
 ])
+@pytest.mark.system
 def test_doctor_emulator_process(tmp_path, env, code, last):
     done = subprocess.run([*DOCTOR, "--emulator"], env=clean_env(**env), cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
@@ -264,6 +265,7 @@ def test_doctor_emulator_process(tmp_path, env, code, last):
     assert lines[-1].startswith(last)
 
 
+@pytest.mark.system
 async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     async with running(emulator) as url:
         proc = await asyncio.create_subprocess_exec(
@@ -277,6 +279,7 @@ async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     assert SECRET not in err.decode()
 
 
+@pytest.mark.system
 def test_doctor_emulator_process_of_the_runner_seed(tmp_path):
     done = subprocess.run([*DOCTOR, "--emulator", "--agent-runtime", "runner"], env=clean_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
@@ -314,6 +317,7 @@ async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulato
     assert report.app_statuses is False and any(line.startswith(warning) for line in report.lines())
 
 
+@pytest.mark.system
 def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
     """README "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
     where no DNS knows the wildcard, and without it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import time
+import pytest
 
 import httpx
 from runners import WAIT_S, needs_sdk, runner_process, served
@@ -13,7 +14,7 @@ from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 WORKSPACE, SLUG = "dev-box", "code-server"  # a seeded workspace whose app no scripted AgentAPI reports for
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from runners import disk, needs_sdk, runner_fleet
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}
 
 
