@@ -22,7 +22,7 @@ import pytest
 from processes import clean_env
 from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
-from fleet_mcp.emulator.anthropic import messages_app
+from fleet_mcp.emulator.runners.anthropic import messages_app
 from fleet_mcp.emulator.app import running
 
 __all__ = ["HAS_SDK", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "needs_sdk", "runner_env", "runner_fleet",
