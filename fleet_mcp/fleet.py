@@ -16,7 +16,9 @@ from .builds import Builds
 from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
-from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_app, driver_for, same_reach
+from .drivers import (
+    Driver, DriverError, Live, Message, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
+)
 from .errors import FleetError, bad_request, not_found
 from .models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata,
@@ -24,8 +26,8 @@ from .models import (
 )
 from .projects import Catalog
 from .rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, NAME_RE, PR_LINK, PROJECT, ROLE, SPEC, TASK,
-    iso, paginate,
+    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, NAME_RE, PR_LINK, PROJECT, ROLE, RUNNER_KEY,
+    SPEC, TASK, iso, paginate,
 )
 from .settings import Settings
 from .status import READY, Snapshot, Status, base_status, fresh_app_status, list_status, live_status, needs_attention
@@ -89,8 +91,18 @@ class Fleet:
         return ws, await self.params(ws)
 
     def driver(self, ws: Workspace) -> Driver | None:
-        """The driver of a workspace whose agent is up, else None."""
-        return driver_for(self.client, ws, self.slugs) if base_status(ws, self.slugs).value == READY else None
+        """The driver of a workspace whose agent is up, else None. A runner's key is a build parameter: read
+        `params` (or `keyed_driver`) first, or its calls go without it and are refused."""
+        if base_status(ws, self.slugs).value != READY:
+            return None
+        return driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
+
+    async def keyed_driver(self, ws: Workspace) -> Driver | None:
+        """`driver`, with the runner's key read first where it is not known yet (one request per build)."""
+        _, app = agent_and_app(ws, self.slugs)
+        if app is not None and app.slug == self.slugs.runner and ws.latest_build.id not in self._params:
+            await self.params(ws)
+        return self.driver(ws)
 
     def remember(self, name: str, driver: Driver | None) -> None:
         """What a fleet agent was last seen to be reached by (None: not ready), so the next read of it can ask
@@ -123,6 +135,8 @@ class Fleet:
         try:
             ws = await self.workspace(name)
             driver = self.driver(ws)
+            if not (early is not None and same_reach(known, driver)):
+                driver = await self.keyed_driver(ws)
             if early is not None and same_reach(known, driver):
                 params, (live, unreachable), messages = await asyncio.gather(self.params(ws), *early)
             else:
@@ -144,7 +158,7 @@ class Fleet:
     async def ready(self, name: str) -> tuple[Workspace, Driver, Live]:
         """An agent whose driver answers, for an operation on its conversation; `bad_request` otherwise."""
         ws, params = await self.find(name)
-        driver = self.driver(ws)
+        driver = self.driver(ws)  # `find` read the parameters, the runner's key among them
         live, unreachable = await self.live(driver)
         if driver is None or live is None:
             raise self.not_ready(Snapshot(ws, params, live, unreachable))
@@ -188,7 +202,7 @@ class Fleet:
 
     async def _with_reported_errors(self, ws: Workspace, problem: str | None) -> str | None:
         """Add what the agent's program itself reported, when it can be reached."""
-        driver = driver_for(self.client, ws, self.slugs)
+        driver = driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
         if driver is None:
             return problem
         try:

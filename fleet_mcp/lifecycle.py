@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Iterator
 
 from .coder import errors as ce
@@ -13,7 +14,7 @@ from .errors import FleetError, bad_request, conflict
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
+    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_text,
 )
 from .status import Status
@@ -86,6 +87,8 @@ class Lifecycle:
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
+        if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
+            values[RUNNER_KEY] = secrets.token_urlsafe(32)
         try:
             with _stale_if(cached, ce.BadRequest, ce.NotFound):  # Coder refuses what the listing led to
                 ws = await fleet.builds.create(name, template.id, choice.preset_id, values,

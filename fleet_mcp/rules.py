@@ -11,7 +11,7 @@ from .errors import FleetError
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
-    "RUNNER_PARAMETERS", "SPEC", "TASK", "check_name", "check_text",
+    "RUNNER_KEY", "RUNNER_PARAMETERS", "SPEC", "TASK", "check_name", "check_text",
     "iso", "paginate",
 ]
 
@@ -27,6 +27,8 @@ FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
 # Declared by runner templates only: what the runner hands the Agent SDK.
 MODEL, MAX_TURNS, MAX_COST = "fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"
 RUNNER_PARAMETERS = (MODEL, MAX_TURNS, MAX_COST)
+# The runner's key, made by create_agent; the template hands the runner only its SHA-256 (specs/runner.md).
+RUNNER_KEY = "fleet_mcp_runner_key"
 FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
 BUILD_ACTIVE = ("pending", "running", "canceling")

@@ -153,7 +153,7 @@ class Waits:
                                                  "details": error.details})
         fresh = fresh_app_status(ws)
         task = fresh.message if fresh and fresh.message else None
-        driver = self.fleet.driver(ws)
+        driver = await self.fleet.keyed_driver(ws)
         self.fleet.remember(ws.name, driver)
         if driver is None:
             status = list_status(ws, self.fleet.slugs)

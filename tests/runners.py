@@ -5,6 +5,7 @@ runner as a real process talking to it, and bounded waits on the runner's `/stat
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import selectors
 import subprocess
@@ -24,12 +25,13 @@ from processes import clean_env
 from fleet_mcp.emulator.anthropic import messages_app
 from fleet_mcp.emulator.app import running
 
-__all__ = ["HAS_SDK", "WAIT_S", "RunningRunner", "ScriptedAPI", "needs_sdk", "runner_env", "runner_process",
+__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "needs_sdk", "runner_env", "runner_process",
            "scripted_api", "served"]
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
 WAIT_S = 20.0
+RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as the template does
 
 
 @contextmanager
@@ -80,7 +82,8 @@ def runner_env(home: Path, messages_url: str, **extra: str) -> dict[str, str]:
     """A clean environment in which Claude Code talks only to `messages_url`, with a scratch HOME."""
     env = {k: v for k, v in clean_env().items() if not k.startswith(("FLEET_RUNNER_", "ANTHROPIC_", "CLAUDE"))}
     return {**env, "HOME": str(home), "ANTHROPIC_BASE_URL": messages_url, "ANTHROPIC_API_KEY": "sk-test-offline",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **extra}
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "FLEET_RUNNER_KEY_SHA256": hashlib.sha256(RUNNER_KEY.encode()).hexdigest(), **extra}
 
 
 @dataclass
@@ -91,11 +94,19 @@ class RunningRunner:
     proc: subprocess.Popen
     workdir: Path
     stderr: Path
+    key: str = RUNNER_KEY
 
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url + path, timeout=15)
+    @property
+    def door(self) -> dict[str, str]:
+        """The header that opens the runner's door (what the fleet sends)."""
+        return {"X-Fleet-Runner-Key": self.key}
+
+    def get(self, path: str, **kwargs) -> httpx.Response:
+        kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
+        return httpx.get(self.url + path, timeout=15, **kwargs)
 
     def post(self, path: str, body: dict | None = None, **kwargs) -> httpx.Response:
+        kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
         return httpx.post(self.url + path, json=body, timeout=15, **kwargs)
 
     def state(self) -> dict:

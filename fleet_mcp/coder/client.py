@@ -39,10 +39,12 @@ if TYPE_CHECKING:
     from fleet_mcp.budget import Meter
     from tenacity import RetryCallState
 
-__all__ = ["DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
+__all__ = ["APP_HEADERS", "DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
 
 # When the call this request serves must be over (loop time); retries never run past it.
 DEADLINE: ContextVar[float | None] = ContextVar("fleet_mcp_deadline", default=None)
+# Headers a workspace app's own door asks for (the runner's key), added to requests sent while set.
+APP_HEADERS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fleet_mcp_app_headers", default=())
 
 # httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
 # Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
@@ -283,6 +285,7 @@ class CoderClient:
         """One request through the transport; the answer's body is not read yet."""
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
+        headers = [*headers, *APP_HEADERS.get()]
         request = httpx.Request(method, _url(self._base + path), params=params, json=json, headers=headers,
                                 extensions={"timeout": self._timeouts})
         response = await self._transport.handle_async_request(request)

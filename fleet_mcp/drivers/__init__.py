@@ -52,10 +52,12 @@ def same_reach(a: Driver | None, b: Driver | None) -> bool:
     return a is not None and b is not None and (a.kind, a.address) == (b.kind, b.address)
 
 
-def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs) -> Driver | None:
-    """The driver for the agent of `ws`, or None when its agent offers neither app."""
+def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None) -> Driver | None:
+    """The driver for the agent of `ws`, or None when its agent offers neither app; `key` is the runner's
+    (its build parameter `fleet_mcp_runner_key`), sent on every call to it."""
     agent, app = agent_and_app(ws, slugs)
     if app is None:
         return None
-    kind = RunnerDriver if app.slug == slugs.runner else AgentAPIDriver
-    return kind(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug)
+    if app.slug == slugs.runner:
+        return RunnerDriver(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug, key)
+    return AgentAPIDriver(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..coder import errors as ce
-from ..coder.client import CoderClient, app_proxy_path
+from ..coder.client import APP_HEADERS, CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, TurnResult, Unreachable
 from .wire import ConversationPage
@@ -18,6 +18,7 @@ from .wire import ConversationPage
 __all__ = ["RunnerDriver"]
 
 T = TypeVar("T")
+KEY_HEADER = "X-Fleet-Runner-Key"  # the runner's door (fleet_mcp/runner/door.py); Coder's app proxy passes it on
 _STATES = {"working": "working", "starting": "starting", "idle": "idle", "needs_input": "needs_input",
            "error": "error"}
 
@@ -69,14 +70,20 @@ class RunnerDriver:
 
     kind = "runner"
 
-    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
+    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str,
+                 key: str | None = None) -> None:
         self.client = client
         self.slug = slug
         self.address = (owner, workspace, agent, slug)
+        self._key = key
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None) -> Any:
         path = app_proxy_path(*self.address, rest)
-        return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body))
+        sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
+        try:
+            return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body))
+        finally:
+            APP_HEADERS.reset(sent)
 
     async def live(self) -> Live:
         s: _State = await self._call("GET", "state", _State)
@@ -127,3 +134,9 @@ async def _reachable(slug: str, call: Callable[[], Awaitable[T]]) -> T:
         raise Unreachable(f"The workspace has no app {slug!r}: its template lacks the runner app.") from None
     except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:
         raise Unreachable(f"The runner cannot be reached: {exc.message}") from None
+    except ce.Unauthorized as exc:
+        if exc.status != 401:  # Coder's own refusal is a redirect to /login: the caller's token
+            raise
+        raise Unreachable(f"The runner refused the fleet's key ({exc.message}): the agent was created without "
+                          "one (its template lacks fleet_mcp_runner_key) or something else listens on its "
+                          "port.") from None
