@@ -107,7 +107,7 @@ class RunningRunner:
 
     def post(self, path: str, body: dict | None = None, **kwargs) -> httpx.Response:
         kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
-        return httpx.post(self.url + path, json=body, timeout=15, **kwargs)
+        return httpx.post(self.url + path, json={} if body is None else body, timeout=15, **kwargs)
 
     def state(self) -> dict:
         return self.get("/state").json()

@@ -105,7 +105,7 @@ class RunnerDriver:
 
     async def interrupt(self) -> None:
         try:
-            await self._call("POST", "interrupt")
+            await self._call("POST", "interrupt", None, {})
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
