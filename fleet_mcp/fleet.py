@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -17,11 +18,12 @@ from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from .drivers import (
-    Driver, DriverError, Live, Message, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
+    Driver, DriverError, Live, Message, Pending, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
+    screen_prompt,
 )
 from .errors import FleetError, bad_request, not_found
 from .models import (
-    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata,
+    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
@@ -32,7 +34,7 @@ from .rules import (
 from .settings import Settings
 from .status import READY, Snapshot, Status, base_status, fresh_app_status, list_status, live_status, needs_attention
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "quietly", "settle"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "quietly", "settle", "with_screen_prompt"]
 
 T = TypeVar("T")
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
@@ -184,7 +186,7 @@ class Fleet:
     async def show(self, name: str) -> ShownAgent:
         snap, messages = await self.snapshot(name, conversation=True)
         ws, params = snap.workspace, snap.params
-        status = live_status(snap, self.slugs)
+        status = with_screen_prompt(live_status(snap, self.slugs), self.driver(ws), messages)
         problem = status.problem
         if status.value in ("failed", "offline") and ws.latest_build.status == "running":
             problem = await self._with_reported_errors(ws, problem)
@@ -261,7 +263,23 @@ def last_activity(ws: Workspace) -> datetime | None:
 def facts(status: Status) -> dict[str, Any]:
     """The status fields every answer about an agent carries."""
     return {"status": status.value, "status_source": status.source, "status_since": iso(status.since),
-            "last_turn": status.last_turn, "last_turn_error": status.last_turn_error}
+            "last_turn": status.last_turn, "last_turn_error": status.last_turn_error,
+            "pending": prompt(status.pending) if status.value == "needs_input" else None}
+
+
+def prompt(pending: Pending | None) -> PendingPrompt | None:
+    """A pending prompt as the tools show it."""
+    if pending is None:
+        return None
+    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.summary, asked_at=iso(pending.since))
+
+
+def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:
+    """An AgentAPI agent in needs_input, with the prompt its screen shows (named by the screen's digest)."""
+    if status.value != "needs_input" or status.pending is not None or driver is None or driver.kind != "agentapi":
+        return status
+    shown = screen_prompt(messages or [])
+    return replace(status, pending=shown) if shown else status
 
 
 def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current: str | None,

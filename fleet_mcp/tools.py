@@ -185,14 +185,17 @@ def register(mcp: FastMCP) -> None:
     @tool(title="Answer agent", annotations=WRITE, deadline=deadlines.send)
     async def answer_agent(
         ctx: Context, agent_name: AgentName,
+        prompt_id: Annotated[str, Field(description="The prompt you answer: pending.prompt_id as show_agent, "
+                                                    "list_agents, show_agents or wait_for_agents showed it")],
         decision: Annotated[str, Field(description="allow or deny the pending permission; on AgentAPI agents "
                                                    "also the number of a choice on the agent's screen")],
         message: Annotated[str, Field(description="Optional words to Claude with the answer (why, what "
                                                   "instead)")] = "",
     ) -> AnswerResult:
-        """Answer what an agent in `needs_input` waits on (a permission to use a tool, or a choice), then report
-        its new status. Refused with `bad_request` when it waits on nothing."""
-        return await _turns(ctx).answer(agent_name, decision, message)
+        """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
+        then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
+        out, or another one asked since): the error says what waits now. Never lands on another prompt."""
+        return await _turns(ctx).answer(agent_name, decision, message, prompt_id)
 
     @tool(title="Get agent result", annotations=READ)
     async def get_agent_result(ctx: Context, agent_name: AgentName) -> TurnOutcome:

@@ -14,7 +14,7 @@ from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found
-from .fleet import Fleet, quietly, settle
+from .fleet import Fleet, prompt, quietly, settle, with_screen_prompt
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
 from .rules import FLEET_QUERY, NAME_RE, iso
 from .status import Snapshot, Status, fresh_app_status, list_status, live_status
@@ -115,7 +115,8 @@ class Waits:
         status = list_status(ws, self.fleet.slugs)
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,  # type: ignore[arg-type]
                            status_since=iso(status.since), last_turn=status.last_turn,  # type: ignore[arg-type]
-                           last_turn_error=status.last_turn_error)
+                           last_turn_error=status.last_turn_error,
+                           pending=prompt(status.pending) if status.value == "needs_input" else None)
 
     @staticmethod
     def _answer(agents: list[WaitedAgent], met: list[str], timed_out: bool, waited: float, until: Sequence[str],
@@ -168,9 +169,11 @@ class Waits:
         else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
             status = list_status(ws, self.fleet.slugs)
         asked = [m.content for m in messages or [] if m.role == "user"]
+        status = with_screen_prompt(status, driver, messages)
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                            current_task=(asked[-1] if asked and messages is not None else task),
-                           problem=status.problem, latest_output=_preview(messages))
+                           problem=status.problem, latest_output=_preview(messages),
+                           pending=prompt(status.pending) if status.value == "needs_input" else None)
 
     async def _details(self, driver: Driver) -> Details:
         """(live state, why the agent could not be reached, conversation) as a glance needs them."""

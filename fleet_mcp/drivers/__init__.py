@@ -11,16 +11,17 @@ from dataclasses import dataclass
 
 from ..coder.client import CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
-from .agentapi import AgentAPIDriver
+from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
-    Busy, Driver, DriverError, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending, TurnResult,
-    Unreachable,
+    Answered, Busy, Driver, DriverError, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending,
+    StalePrompt, TurnResult, Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
-    "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending", "NotSupported",
-    "Pending", "Slugs", "TurnResult", "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach",
+    "Answered", "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
+    "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnResult", "Unreachable", "agent_and_app", "driver_app",
+    "driver_for", "same_reach", "screen_prompt",
 ]
 
 

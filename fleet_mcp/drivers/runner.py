@@ -12,7 +12,9 @@ from typing import Any, TypeVar
 from ..coder import errors as ce
 from ..coder.client import APP_HEADERS, CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
-from .base import Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, TurnResult, Unreachable
+from .base import (
+    Answered, Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, StalePrompt, TurnResult, Unreachable,
+)
 from .wire import ConversationPage
 
 __all__ = ["RunnerDriver"]
@@ -30,6 +32,16 @@ class _Pending(LenientModel):
     since: Timestamp = None
 
 
+class _Answered(LenientModel):
+    id: Text = ""
+    decision: Text = ""
+    by: Text = ""
+    at: Timestamp = None
+
+    def answered(self) -> Answered:
+        return Answered(self.id, self.decision, self.by, self.at)
+
+
 class _State(LenientModel):
     state: str
     since: Timestamp = None
@@ -37,6 +49,7 @@ class _State(LenientModel):
     model: str | None = None
     current_task: str | None = None
     pending: _Pending | None = None
+    answered: ListOf[_Answered] = []
     error: str | None = None
     queued: int = 0
     turns: int = 0
@@ -87,10 +100,11 @@ class RunnerDriver:
 
     async def live(self) -> Live:
         s: _State = await self._call("GET", "state", _State)
-        pending = Pending(s.pending.tool, s.pending.summary, s.pending.since) if s.pending else None
+        p = s.pending
+        pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
         return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,  # type: ignore[arg-type]
                     since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
-                    cost_usd=s.cost_usd, model=s.model)
+                    cost_usd=s.cost_usd, model=s.model, answered=tuple(a.answered() for a in s.answered))
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call("GET", "messages", ConversationPage)
@@ -109,11 +123,15 @@ class RunnerDriver:
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
-    async def answer(self, decision: str, message: str = "") -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
         try:
-            await self._call("POST", "answer", None, {"decision": decision, "message": message})
-        except ce.Conflict:
-            raise NothingPending("The agent is not waiting for an answer.") from None
+            await self._call("POST", "answer", None, {"decision": decision, "message": message,
+                                                      "prompt_id": prompt_id or ""})
+        except ce.Conflict as exc:
+            if not prompt_id:
+                raise NothingPending("The agent is not waiting for an answer.") from None
+            now = await self.live()  # the runner refused it atomically; what waits now, and what became of it
+            raise StalePrompt(exc.message, now.pending, now.answer_of(prompt_id)) from None
 
     async def reported_errors(self, wait: float) -> list[str]:
         state: _State = await self._call("GET", "state", _State)

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .session import Conflict, Conversation
+from .session import Conflict, Conversation, StalePrompt
 
 __all__ = ["BODY_MAX", "build_app"]
 
@@ -55,6 +55,7 @@ class AnswerBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     decision: Literal["allow", "deny"]
+    prompt_id: str = Field(min_length=1, max_length=100)  # the prompt answered: never another one
     message: str = Field("", max_length=CONTENT_MAX)
 
 
@@ -116,7 +117,7 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def answer(request: Request) -> JSONResponse:
         body = await _body(request, AnswerBody)
-        c.answer(body.decision == "allow", body.message)
+        c.answer(body.decision == "allow", body.message, body.prompt_id)
         await c.reporter.delivered()
         return JSONResponse({"state": c.state_json()})
 
@@ -132,6 +133,9 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def conflict(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Conflict)
+        if isinstance(exc, StalePrompt):  # what waits now, and what became of the prompt named
+            return JSONResponse({"error": exc.code, "message": str(exc), "pending": exc.pending.json()
+                                 if exc.pending else None, "answered": exc.answered}, status_code=409)
         return _error(409, exc.code, str(exc))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -50,7 +50,8 @@ def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any) -> 
     return ClaudeAgentOptions(cwd=str(settings.workdir), system_prompt=prompt,  # type: ignore[arg-type]
                               permission_mode=settings.permission_mode, can_use_tool=can_use_tool, resume=resume,
                               model=settings.model, max_turns=settings.max_turns,
-                              max_budget_usd=settings.max_cost_usd, sandbox=sandbox(settings.sandbox))
+                              max_budget_usd=settings.max_cost_usd,
+                              sandbox=sandbox(settings.sandbox))  # type: ignore[arg-type]
 
 
 def init_info(message: Any) -> dict | None:

@@ -100,19 +100,25 @@ async def test_permissions_and_failures_on_the_runner(conformance):
         assert waiting["met"] == ["sdk-ask"]
         shown = (await tools("show_agent", agent_name="sdk-ask"))["agent"]
         assert shown["status"] == "needs_input" and "Bash" in shown["problem"]
-        assert (await tools("list_agents"))["agents"][0]["status"] == "needs_input"  # from the app status alone
-        digits = await tools.error("answer_agent", agent_name="sdk-ask", decision="1")
+        asked = shown["pending"]
+        assert asked["tool"] == "Bash" and "permitted.txt" in asked["input"] and asked["asked_at"].endswith("Z")
+        listed = (await tools("list_agents"))["agents"][0]  # from the app status alone
+        assert listed["status"] == "needs_input" and listed["pending"] == asked
+        assert waiting["agents"][0]["pending"]["prompt_id"] == asked["prompt_id"]
+        digits = await tools.error("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"], decision="1")
         assert digits["error"] == "bad_request"
-        answered = await tools("answer_agent", agent_name="sdk-ask", decision="allow")
-        assert answered["agent_status"] in ("busy", "idle")
+        answered = await tools("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"], decision="allow")
+        assert answered["agent_status"] in ("busy", "idle") and answered["prompt_id"] == asked["prompt_id"]
         await tools("wait_for_agents", agent_names=["sdk-ask"], **WAIT)
         assert (await disk(coder, "sdk-ask") / "permitted.txt").is_file()
-        nothing = await tools.error("answer_agent", agent_name="sdk-ask", decision="deny")
-        assert nothing["error"] == "bad_request"
+        again = await tools.error("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"], decision="deny")
+        assert again["error"] == "conflict" and again["details"]["answered"]["decision"] == "allow"
+        assert again["details"]["pending"] is None
 
         await tools("start_agent_task", agent_name="sdk-ask", task_description="Again [[permission]]")
-        await tools("wait_for_agents", agent_names=["sdk-ask"], until="needs_input", **WAIT)
-        await tools("answer_agent", agent_name="sdk-ask", decision="deny", message="Not on this machine.")
+        waited = await tools("wait_for_agents", agent_names=["sdk-ask"], until="needs_input", **WAIT)
+        await tools("answer_agent", agent_name="sdk-ask", prompt_id=waited["agents"][0]["pending"]["prompt_id"],
+                    decision="deny", message="Not on this machine.")
         await tools("wait_for_agents", agent_names=["sdk-ask"], **WAIT)
         assert not (await disk(coder, "sdk-ask") / "permitted.txt").read_text().count("\n") > 1
 
