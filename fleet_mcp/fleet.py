@@ -276,7 +276,8 @@ def prompt(pending: Pending | None) -> PendingPrompt | None:
 
 def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:
     """An AgentAPI agent in needs_input, with the prompt its screen shows (named by the screen's digest)."""
-    if status.value != "needs_input" or status.pending is not None or driver is None or driver.kind != "agentapi":
+    known = status.pending is not None and status.pending.id is not None
+    if status.value != "needs_input" or known or driver is None or driver.kind != "agentapi":
         return status
     shown = screen_prompt(messages or [])
     return replace(status, pending=shown) if shown else status

@@ -1,6 +1,6 @@
 """App statuses as they reach Coder: the runner PATCHes the emulator's
 `/api/v2/workspaceagents/me/app-status` with the workspace agent's token, and the fleet reads them back
-through Coder's API (working, idle with "Needs input:", complete with the pull request, failure, idle)."""
+through Coder's API (working, idle marked needs-input in its uri, complete with the pull request, failure, idle)."""
 
 from __future__ import annotations
 
@@ -52,11 +52,13 @@ def test_app_statuses_reach_coder_as_the_turns_go(tmp_path, api):
             assert _wait_statuses(coder, 3) == [("working", "Ship the feature", ""), ("complete", done, pr),
                                                  ("idle", done, pr)]
             runner.post("/message", {"content": "Run it [[permission]]"})
-            runner.wait_for(lambda s: s["state"] == "needs_input")
-            assert _wait_statuses(coder, 5)[3:] == [
-                ("working", "Run it [[permission]]", ""),
-                ("idle", "Needs input: Bash sh -c 'echo permitted > permitted.txt'", "")]
-            runner.post("/answer", {"decision": "allow"})
+            pending = runner.wait_for(lambda s: s["state"] == "needs_input")["pending"]
+            asking = _wait_statuses(coder, 5)[3:]
+            assert asking[0] == ("working", "Run it [[permission]]", "")
+            state, message, uri = asking[1]
+            assert (state, message) == ("idle", "Needs input: Bash sh -c 'echo permitted > permitted.txt'")
+            assert uri.startswith("fleet-runner:needs-input?") and f"prompt={pending['id']}" in uri  # the mark
+            runner.post("/answer", {"decision": "allow", "prompt_id": pending["id"]})
             runner.wait_turns(2)
             runner.post("/message", {"content": "Break [[fail]]"})
             runner.wait_turns(3)
