@@ -22,7 +22,7 @@ import httpx
 import pytest
 from processes import clean_env
 
-from fleet_mcp.emulator.anthropic import messages_app
+from fleet_mcp.emulator.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
 
 __all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "needs_sdk", "runner_env", "runner_process",
@@ -73,8 +73,9 @@ class ScriptedAPI:
 
 
 @contextmanager
-def scripted_api() -> Iterator[ScriptedAPI]:
-    with served(messages_app()) as url:
+def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[ScriptedAPI]:
+    """The scripted Messages API on a socket; `script` overrides its markers (see `messages_app`)."""
+    with served(messages_app(script)) as url:
         yield ScriptedAPI(url)
 
 
