@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1",
                         help="HTTP bind address; off loopback: FLEET_MCP_AUTH_TOKEN or FLEET_MCP_AUTH=coder")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
+    parser.add_argument("--read-only", action="store_true",
+                        help="serve only the tools that change nothing (as FLEET_MCP_READ_ONLY=true)")
     parser.add_argument("--emulator", action="store_true",
                         help="serve against an in-process Coder emulator with the demo seed (no Coder needed)")
     parser.add_argument("--agent-runtime", dest="emulator_runtime", default="agentapi",
@@ -130,6 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .preflight import StartupError, check_coder, load_settings
 
     fd_limit = raise_fd_limit()
+    overrides = {"read_only": True} if args.read_only else {}
     transport = None
     sock = None
     stop_emulator: Callable[[], None] | None = None
@@ -142,7 +145,7 @@ def _serve(args: argparse.Namespace) -> int:
             # Runners report to the emulator over HTTP, so it serves on a loopback socket of its own.
             emulator = Emulator(virtual=False, timings=REAL_TIME, agent_runtime="runner")
             stop_emulator = in_background(emulator)
-            settings = load_settings(coder_url=emulator.url, coder_session_token=emulator.token)
+            settings = load_settings(coder_url=emulator.url, coder_session_token=emulator.token, **overrides)
         elif args.emulator:
             import httpx
 
@@ -150,9 +153,10 @@ def _serve(args: argparse.Namespace) -> int:
 
             emulator = Emulator(virtual=False, timings=REAL_TIME)
             transport = httpx.ASGITransport(app=emulator.app)
-            settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
+            settings = load_settings(coder_url="http://emulator.local", coder_session_token=emulator.token,
+                                     **overrides)
         else:
-            settings = load_settings()
+            settings = load_settings(**overrides)
         setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "

@@ -223,7 +223,7 @@ async def run(settings: Settings, transport: httpx.AsyncBaseTransport | None = N
                            "`coder tokens create`), even where the server runs with FLEET_MCP_AUTH=coder")
     await check_coder(settings, transport)
     quick = settings.model_copy(update={"retry_budget_s": 0.0})
-    async with CoderClient(quick, transport=transport) as client:
+    async with quick.coder_client(transport) as client:
         try:
             report = await diagnose(client, settings, where)
         except ce.CoderError as exc:

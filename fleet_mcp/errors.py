@@ -22,6 +22,7 @@ from fastmcp.exceptions import ValidationError as ArgumentsError
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 
 from .coder import errors as ce
+from .coder import netcause
 
 __all__ = [
     "Envelope", "ErrorCode", "FleetError", "bad_request", "conflict", "from_coder", "guarded", "not_found",
@@ -79,6 +80,13 @@ def from_coder(exc: ce.CoderError) -> FleetError:
     if isinstance(exc, ce.Forbidden):
         return FleetError("unauthorized", f"Coder does not allow this to the token's user: {exc.message}",
                           {"status": exc.status})
+    if isinstance(exc, ce.Oversized):
+        who = f"Agent {exc.agent!r}" if exc.agent else "Coder"
+        return unavailable(f"{who} sent an answer the fleet does not read: {exc.message}.", cause=exc.cause,
+                           **({"agent_name": exc.agent} if exc.agent else {}))
+    if isinstance(exc, ce.Unavailable) and exc.cause in ("refused", "dns", "tls"):
+        kind: netcause.Kind = exc.cause  # type: ignore[assignment]
+        return unavailable(f"Coder cannot be reached ({exc.message}): {netcause.fix(kind)}", cause=kind)
     if isinstance(exc, ce.PathAppsDisabled):
         return unavailable("Path-based apps are disabled on this Coder deployment; the agent can only be "
                            "reached through subdomain apps.")
@@ -148,4 +156,6 @@ def _invalid_arguments(exc: ArgumentsError) -> FleetError:
                 for e in cause.errors(include_input=False, include_url=False)] \
         if isinstance(cause, pydantic.ValidationError) else []
     fields = ", ".join(p["field"] for p in problems) or "arguments"
-    return bad_request(f"Invalid arguments: {fields}.", problems=problems)
+    # `field` as the fleet's own checks name it: one rule, checked by the schema or in code, answers alike.
+    return bad_request(f"Invalid arguments: {fields}.", field=problems[0]["field"] if problems else "arguments",
+                       problems=problems)

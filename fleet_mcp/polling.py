@@ -6,14 +6,23 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
-from .coder.client import DEADLINE
 from .errors import unavailable
 
-__all__ = ["poll_until", "within"]
+__all__ = ["DEADLINE", "current_deadline", "poll_until", "within"]
 
 T = TypeVar("T")
+
+# When the tool call being served must be over (loop time); the Coder client asks `current_deadline` and
+# retries never run past it.
+DEADLINE: ContextVar[float | None] = ContextVar("fleet_mcp_deadline", default=None)
+
+
+def current_deadline() -> float | None:
+    """The deadline of the tool call being served (loop time), if any."""
+    return DEADLINE.get()
 
 
 HURRIED_INTERVAL_S = 0.1

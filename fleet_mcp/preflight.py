@@ -14,7 +14,6 @@ from pydantic_core import ErrorDetails
 
 from .coder import errors as ce
 from .coder import netcause
-from .coder.client import CoderClient
 from .settings import Settings, env_name
 
 __all__ = ["Checked", "StartupError", "check_coder", "load_settings"]
@@ -74,7 +73,7 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
     In per-user mode (`FLEET_MCP_AUTH=coder`) there is no token of the server's: only that Coder answers.
     """
     quick = settings.model_copy(update={"retry_budget_s": 0.0})
-    async with CoderClient(quick, transport=transport) as client:
+    async with quick.coder_client(transport) as client:
         try:
             if settings.auth == "coder":
                 return Checked(None, (await client.buildinfo()).version)

@@ -15,21 +15,13 @@ from . import __version__
 from .settings import Settings
 from .users import CoderTokens, Services, Users
 from .errors import Envelope
-from .tools import register
+from .tools import instructions, register
 
 __all__ = ["build_server"]
 
 log = logging.getLogger("fleet_mcp")
 
 FINISH_S = 10.0  # at shutdown, what a delete that has cancelled a build gets to request its own
-
-INSTRUCTIONS = (
-    "Run a fleet of Claude Code agents, each in its own Coder workspace. Find a project with "
-    "list_agent_projects and a role with list_agent_roles, create_agent with a spec, watch with "
-    "list_agents / show_agent / show_agent_task_history / show_agent_log, give follow-up work with "
-    "start_agent_task, interrupt with cancel_agent_task, and delete_agent when done. Errors are JSON "
-    "objects {error, message, details}."
-)
 
 
 def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
@@ -38,7 +30,8 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
 
     With `settings.audit_log` set, every tool call is also written to that file, one JSON line each (`user`:
     the token's Coder username when start-up learnt it, else each caller's). With
-    `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`).
+    `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`). With
+    `settings.read_only` only the tools that change nothing are served.
     """
     middleware: list[Middleware] = [Envelope()]
     audit = None
@@ -70,7 +63,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
             finally:
                 log.info("Coder client closed")
 
-    mcp = FastMCP("fleet-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=open_client,
-                  middleware=middleware, auth=CoderTokens(users) if users is not None else None)
-    register(mcp)
+    mcp = FastMCP("fleet-mcp", version=__version__, lifespan=open_client, middleware=middleware,
+                  auth=CoderTokens(users) if users is not None else None)
+    mcp.instructions = instructions(register(mcp, read_only=settings.read_only), read_only=settings.read_only)
     return mcp

@@ -6,12 +6,18 @@ shell already logged in to Coder works as is; our own knobs are `FLEET_MCP_*`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .coder.client import CoderClient
 
 __all__ = ["Settings", "env_name"]
 
@@ -79,6 +85,7 @@ class Settings(BaseSettings):
     max_users: int = Field(default=256, ge=1)
     stateless_http: bool | None = None
     rate_share: float = Field(default=0.5, gt=0, le=1)
+    read_only: bool = False
 
     @field_validator("coder_url")
     @classmethod
@@ -125,6 +132,18 @@ class Settings(BaseSettings):
     def for_token(self, token: str) -> Settings:
         """These settings acting as the holder of `token` (per-user mode)."""
         return self.model_copy(update={"coder_session_token": SecretStr(token)})
+
+    def coder_client(self, transport: httpx.AsyncBaseTransport | None = None, *,
+                     on_request: Callable[[], None] | None = None) -> CoderClient:
+        """A Coder client with these settings (URL, token, timeouts, retry budget), its retries kept within
+        the deadline of the tool call it serves (`polling.within`)."""
+        from .coder.client import CoderClient
+        from .polling import current_deadline
+
+        token = self.coder_session_token.get_secret_value() if self.coder_session_token is not None else None
+        return CoderClient(self.coder_url, token, transport=transport, request_timeout_s=self.request_timeout_s,
+                           connect_timeout_s=self.connect_timeout_s, retry_budget_s=self.retry_budget_s,
+                           on_request=on_request, deadline=current_deadline)
 
     @field_validator("auth_token")
     @classmethod

@@ -1,16 +1,22 @@
-"""The MCP tools: flat parameters, annotations, descriptions for the calling model.
+"""The MCP tools: flat parameters, their limits, annotations, and descriptions for the calling model.
 
-Each tool only hands its parameters to `Fleet`; `errors.Envelope` answers every
+Each tool is a plain async function that hands its parameters to the service FastMCP injects
+(`Depends`: the caller's `Fleet`, `Lifecycle`, `Turns` or `Waits`), so it can be imported and called
+alone. `TOOLS` lists them with their title, hints and deadline; `register` adds them to a server, and
+`instructions` describes the registered ones to the calling model. `errors.Envelope` answers every
 failure as the contract's error envelope.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastmcp import Context, FastMCP
+from fastmcp.dependencies import CurrentContext, Depends
+from fastmcp.server.dependencies import get_context
 from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -18,27 +24,27 @@ from pydantic import Field
 from . import deadlines
 from .deadlines import Deadline, deadline_of_a_read
 from .errors import guarded
-from .polling import within
 from .fleet import Fleet
-from .lifecycle import Lifecycle
+from .lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
 from .models import (
     AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult, Projects,
     Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
+from .polling import within
+from .rules import MAX_NAME, MAX_SPEC
 from .turns import Turns
 from .users import services_of
-from .waits import Waits
+from .waits import MAX_WAIT_S, Waits
 
-__all__ = ["nullable_as_type", "register"]
+__all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]
 
 AgentName = Annotated[str, Field(description="The agent's name, as create_agent was given it")]
-Page = Annotated[int, Field(description="Page number, starting at 1")]
+Page = Annotated[int, Field(ge=1, description="Page number, starting at 1")]
 PageSize = Annotated[int, Field(description="Items per page; clamped to 1..100")]
+# Characters, the closest a schema can say it: the rule itself counts UTF-8 bytes (`rules.check_text`).
+Text = Field(min_length=1, max_length=MAX_SPEC)
 
 READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
-
-
-WAIT = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
 WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
 
 
@@ -61,186 +67,265 @@ def nullable_as_type(schema: Any) -> Any:
     return node
 
 
-def _fleet(ctx: Context) -> Fleet:
+# --- what FastMCP injects: the caller's services ----------------------------------------
+
+def fleet_of(ctx: Context = CurrentContext()) -> Fleet:
+    """The caller's `Fleet` (reads)."""
     return services_of(ctx).fleet
 
 
-def _lifecycle(ctx: Context) -> Lifecycle:
+def lifecycle_of(ctx: Context = CurrentContext()) -> Lifecycle:
+    """The caller's `Lifecycle` (create, stop, start, delete)."""
     return services_of(ctx).lifecycle
 
 
-def _turns(ctx: Context) -> Turns:
+def turns_of(ctx: Context = CurrentContext()) -> Turns:
+    """The caller's `Turns` (tasks, cancels, answers, results)."""
     return services_of(ctx).turns
 
 
-def _waits(ctx: Context) -> Waits:
+def waits_of(ctx: Context = CurrentContext()) -> Waits:
+    """The caller's `Waits` (waits and glances over many agents)."""
     return services_of(ctx).waits
 
 
-def register(mcp: FastMCP) -> None:
-    """Add the fleet's tools to a FastMCP server whose lifespan yields {"services"} or {"users"} (`users`)."""
+# --- the tools ------------------------------------------------------------------------------
 
-    def tool(deadline: Deadline = deadline_of_a_read, **options: Any) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
-        def add(fn: Callable[..., Awaitable[Any]]) -> Any:
-            @functools.wraps(fn)
-            async def call(**arguments: Any) -> Any:
-                seconds = deadline(_fleet(arguments["ctx"]).settings, arguments)
-                async with within(seconds, fn.__name__):
-                    return await fn(**arguments)
+async def create_agent(
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$",
+                               description="Unique short name: 1-20 letters, digits and hyphens")],
+    project: Annotated[str, Field(description="Project (Coder template) name or display name")],
+    spec: Annotated[str, Text, Field(description="What the agent should achieve: objective, context, "
+                                                 "deliverables (at most 64 KiB of UTF-8)")],
+    role: Annotated[str, Field(description="Role from list_agent_roles, e.g. coder, operator, manager")] = "coder",
+    autostop_minutes: Annotated[int | None, Field(
+        ge=1, le=MAX_AUTOSTOP_MINUTES,
+        description="Stop the workspace after this many idle minutes (Coder's autostop; activity extends it)")
+    ] = None,
+    model: Annotated[str | None, Field(min_length=1, max_length=100, description="Model for this agent, e.g. "
+                                       "haiku, sonnet, opus (runner projects only)")] = None,
+    max_turns: Annotated[int | None, Field(ge=1, description="At most this many model turns per task (runner)")
+                         ] = None,
+    max_cost_usd: Annotated[float | None, Field(gt=0, description="Stop a task once it has cost this much in US "
+                                                                  "dollars (runner)")] = None,
+    lifecycle: Lifecycle = Depends(lifecycle_of),
+) -> CreatedAgent:
+    """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
+    workspace is up (a minute or two). The answer's status is `busy`; `workspace_status` tells the build.
+    Refused with `conflict` when the fleet is at its cap."""
+    return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
+                                  model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
 
-            annotations = ToolAnnotations(**options.pop("annotations"))
-            made = Tool.from_function(guarded(call), annotations=annotations, **options)
-            return mcp.add_tool(made.model_copy(update={"output_schema": nullable_as_type(made.output_schema)}))
 
-        return add
+async def stop_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> ShownAgent:
+    """Stop the agent's workspace to save cost; its conversation is kept and start_agent resumes it.
+    Stopping a stopped agent answers it as it is."""
+    return await lifecycle.stop(agent_name)
 
-    @tool(title="Create agent", annotations=WRITE, deadline=deadlines.create)
-    async def create_agent(
-        ctx: Context,
-        name: Annotated[str, Field(description="Unique short name: 1-20 letters, digits and hyphens")],
-        project: Annotated[str, Field(description="Project (Coder template) name or display name")],
-        spec: Annotated[str, Field(description="What the agent should achieve: objective, context, deliverables")],
-        role: Annotated[str, Field(description="Role from list_agent_roles, e.g. coder, operator, manager")] = "coder",
-        autostop_minutes: Annotated[int | None, Field(
-            description="Stop the workspace after this many idle minutes (Coder's autostop; activity extends it)")
-        ] = None,
-        model: Annotated[str | None, Field(description="Model for this agent, e.g. haiku, sonnet, opus (runner "
-                                                       "projects only)")] = None,
-        max_turns: Annotated[int | None, Field(description="At most this many model turns per task (runner)")] = None,
-        max_cost_usd: Annotated[float | None, Field(description="Stop a task once it has cost this much in US "
-                                                                "dollars (runner)")] = None,
-    ) -> CreatedAgent:
-        """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
-        workspace is up (a minute or two). The answer's status is `busy`; `workspace_status` tells the build.
-        Refused with `conflict` when the fleet is at its cap."""
-        return await _lifecycle(ctx).create(name, project, role, spec, autostop_minutes=autostop_minutes,
-                                            model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
 
-    @tool(title="Stop agent", annotations={**WRITE, "idempotentHint": True}, deadline=deadlines.build)
-    async def stop_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
-        """Stop the agent's workspace to save cost; its conversation is kept and start_agent resumes it.
-        Stopping a stopped agent answers it as it is."""
-        return await _lifecycle(ctx).stop(agent_name)
+async def start_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> ShownAgent:
+    """Start a stopped agent's workspace again; the agent resumes its conversation (status `starting`, then
+    `idle`)."""
+    return await lifecycle.start(agent_name)
 
-    @tool(title="Start agent", annotations={**WRITE, "idempotentHint": True}, deadline=deadlines.build)
-    async def start_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
-        """Start a stopped agent's workspace again; the agent resumes its conversation (status `starting`, then
-        `idle`)."""
-        return await _lifecycle(ctx).start(agent_name)
 
-    @tool(title="List agents", annotations=READ)
-    async def list_agents(
-        ctx: Context,
-        status: Annotated[AgentStatus | None, Field(description="Only agents with this status (e.g. stopped, to "
-                                                                 "clean up)")] = None,
-        project: Annotated[str | None, Field(description="Only agents of this project")] = None,
-    ) -> AgentList:
-        """List the fleet's agents with their status (busy, idle, starting, offline, ...) and current task."""
-        return await _fleet(ctx).list_agents(status, project)
+async def list_agents(
+    status: Annotated[AgentStatus | None, Field(description="Only agents with this status (e.g. stopped, to "
+                                                             "clean up)")] = None,
+    project: Annotated[str | None, Field(description="Only agents of this project")] = None,
+    fleet: Fleet = Depends(fleet_of),
+) -> AgentList:
+    """List the fleet's agents with their status (busy, idle, starting, offline, ...) and current task."""
+    return await fleet.list_agents(status, project)
 
-    @tool(title="Show agent", annotations=READ)
-    async def show_agent(ctx: Context, agent_name: AgentName) -> ShownAgent:
-        """Show one agent in detail: live status, role, project, spec, current task, pull request link,
-        and why it is failed or offline when it is."""
-        return await _fleet(ctx).show(agent_name)
 
-    @tool(title="Show agent task history", annotations=READ)
-    async def show_agent_task_history(
-        ctx: Context, agent_name: AgentName, page: Page = 1, page_size: PageSize = 20,
-    ) -> TaskHistory:
-        """The agent's progress reports (working, complete, failure, idle), newest first, paginated."""
-        return await _fleet(ctx).history(agent_name, page, page_size)
+async def show_agent(agent_name: AgentName, fleet: Fleet = Depends(fleet_of)) -> ShownAgent:
+    """Show one agent in detail: live status, role, project, spec, current task, pull request link,
+    and why it is failed or offline when it is."""
+    return await fleet.show(agent_name)
 
-    @tool(title="Show agent log", annotations=READ)
-    async def show_agent_log(
-        ctx: Context, agent_name: AgentName, page: Page = 1, page_size: PageSize = 20,
-    ) -> AgentLog:
-        """The agent's conversation (your tasks and its answers), newest first, paginated; each message is
-        cut at 4,000 characters (`truncated` says so)."""
-        return await _fleet(ctx).log(agent_name, page, page_size)
 
-    @tool(deadline=deadlines.build, title="Delete agent", annotations={"readOnlyHint": False, "destructiveHint": True,
-                                                 "idempotentHint": True, "openWorldHint": True})
-    async def delete_agent(ctx: Context, agent_name: AgentName) -> DeleteResult:
-        """Delete an agent and destroy its workspace, even while it works. Cannot be undone."""
-        return await _lifecycle(ctx).delete(agent_name)
+async def show_agent_task_history(
+    agent_name: AgentName, page: Page = 1, page_size: PageSize = 20, fleet: Fleet = Depends(fleet_of),
+) -> TaskHistory:
+    """The agent's progress reports (working, complete, failure, idle), newest first, paginated."""
+    return await fleet.history(agent_name, page, page_size)
 
-    @tool(title="Start agent task", annotations=WRITE, deadline=deadlines.send)
-    async def start_agent_task(
-        ctx: Context, agent_name: AgentName,
-        task_description: Annotated[str, Field(description="The task, as you would say it to the agent")],
-        if_busy: Annotated[Literal["reject", "queue", "interrupt"], Field(
-            description="While the agent works: reject (a conflict error), queue (runs when the turn ends; "
-                        "runner agents only) or interrupt (stop the turn, then send)")] = "reject",
-    ) -> TaskResult:
-        """Give an agent its next task. While it is busy: refused with `conflict` (the default), queued, or sent
-        after interrupting the running turn, as `if_busy` says."""
-        return await _turns(ctx).start(agent_name, task_description, if_busy)
 
-    @tool(title="Cancel agent task", annotations={**WRITE, "destructiveHint": True}, deadline=deadlines.cancel)
-    async def cancel_agent_task(ctx: Context, agent_name: AgentName) -> TaskResult:
-        """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task."""
-        return await _turns(ctx).cancel(agent_name)
+async def show_agent_log(
+    agent_name: AgentName, page: Page = 1, page_size: PageSize = 20, fleet: Fleet = Depends(fleet_of),
+) -> AgentLog:
+    """The agent's conversation (your tasks and its answers), newest first, paginated; each message is
+    cut at 4,000 characters (`truncated` says so)."""
+    return await fleet.log(agent_name, page, page_size)
 
-    @tool(title="Answer agent", annotations=WRITE, deadline=deadlines.send)
-    async def answer_agent(
-        ctx: Context, agent_name: AgentName,
-        prompt_id: Annotated[str, Field(description="The prompt you answer: pending.prompt_id as show_agent, "
-                                                    "list_agents, show_agents or wait_for_agents showed it")],
-        decision: Annotated[str, Field(description="allow or deny the pending permission; on AgentAPI agents "
-                                                   "also the number of a choice on the agent's screen")],
-        message: Annotated[str, Field(description="Optional words to Claude with the answer (why, what "
-                                                  "instead)")] = "",
-    ) -> AnswerResult:
-        """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
-        then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
-        out, or another one asked since): the error says what waits now. Never lands on another prompt."""
-        return await _turns(ctx).answer(agent_name, decision, message, prompt_id)
 
-    @tool(title="Get agent result", annotations=READ)
-    async def get_agent_result(ctx: Context, agent_name: AgentName) -> TurnOutcome:
-        """The agent's last finished turn, compact: final text (cut at 4,000 characters), succeeded/failed/
-        interrupted, pull-request link, and on runner agents turns, duration and cost (this turn and in total).
-        Read show_agent_log for everything."""
-        return await _turns(ctx).result(agent_name)
+async def delete_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> DeleteResult:
+    """Delete an agent and destroy its workspace, even while it works. Cannot be undone."""
+    return await lifecycle.delete(agent_name)
 
-    @tool(title="Wait for agents", annotations=WAIT, deadline=deadlines.wait)
-    async def wait_for_agents(
-        ctx: Context,
-        agent_names: Annotated[list[str], Field(description="The agents to wait on (1-100 names)")],
-        until: Annotated[Condition | list[Condition], Field(
-            description="What to wait for: idle (turn over), needs_input, stopped, failed, or a list of these")
-        ] = "idle",
-        mode: Annotated[Literal["all", "any"], Field(description="all: every agent; any: the first one")] = "all",
-        timeout_s: Annotated[float, Field(description="Give up after this many seconds (at most 1800)")] = 120,
-    ) -> WaitResult:
-        """Block until all (or any) of the named agents reach a condition, or the timeout passes; instead of
-        polling list_agents. Sends progress while it waits. Answers each agent's status, which met the
-        condition, and `timed_out`. Tip: until=["idle", "needs_input"] also ends when an agent asks for
-        permission."""
 
-        async def progress(done: float, total: float, message: str) -> None:
-            await ctx.report_progress(done, total, message)
+async def start_agent_task(
+    agent_name: AgentName,
+    task_description: Annotated[str, Text, Field(description="The task, as you would say it to the agent")],
+    if_busy: Annotated[Literal["reject", "queue", "interrupt"], Field(
+        description="While the agent works: reject (a conflict error), queue (runs when the turn ends; "
+                    "runner agents only) or interrupt (stop the turn, then send)")] = "reject",
+    turns: Turns = Depends(turns_of),
+) -> TaskResult:
+    """Give an agent its next task. While it is busy: refused with `conflict` (the default), queued, or sent
+    after interrupting the running turn, as `if_busy` says."""
+    return await turns.start(agent_name, task_description, if_busy)
 
-        conditions = [until] if isinstance(until, str) else list(until)
-        return await _waits(ctx).wait(agent_names, conditions, mode, timeout_s, progress)
 
-    @tool(title="Show agents", annotations=READ)
-    async def show_agents(
-        ctx: Context, agent_names: Annotated[list[str], Field(description="The agents to show (1-50 names)")],
-    ) -> AgentGlances:
-        """Many agents at a glance: each one's status, current task and a preview of its newest output (300
-        characters). An unknown name is an entry with an error, not a failed call."""
-        return await _waits(ctx).glance(agent_names)
+async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TaskResult:
+    """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task."""
+    return await turns.cancel(agent_name)
 
-    @tool(title="List agent roles", annotations=READ)
-    async def list_agent_roles(
-        ctx: Context, project: Annotated[str, Field(description="Project name or display name")],
-    ) -> Roles:
-        """The roles an agent of this project can take (each sets its system prompt)."""
-        return await _fleet(ctx).roles(project)
 
-    @tool(title="List agent projects", annotations=READ)
-    async def list_agent_projects(ctx: Context) -> Projects:
-        """The projects (Coder templates ready for fleet agents) agents can be created in."""
-        return await _fleet(ctx).projects()
+async def answer_agent(
+    agent_name: AgentName,
+    prompt_id: Annotated[str, Field(min_length=1, max_length=100,
+                                    description="The prompt you answer: pending.prompt_id as show_agent, "
+                                                "list_agents, show_agents or wait_for_agents showed it")],
+    decision: Annotated[str, Field(pattern=r"^(allow|deny|[0-9]{1,2})$",
+                                   description="allow or deny the pending permission; on AgentAPI agents "
+                                               "also the number of a choice on the agent's screen")],
+    message: Annotated[str, Field(max_length=MAX_SPEC, description="Optional words to Claude with the answer "
+                                                                   "(why, what instead)")] = "",
+    turns: Turns = Depends(turns_of),
+) -> AnswerResult:
+    """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
+    then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
+    out, or another one asked since): the error says what waits now. Never lands on another prompt."""
+    return await turns.answer(agent_name, decision, message, prompt_id)
+
+
+async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TurnOutcome:
+    """The agent's last finished turn, compact: final text (cut at 4,000 characters),
+    succeeded/failed/interrupted, pull-request link, and on runner agents turns, duration and cost (this turn
+    and in total). Read show_agent_log for everything."""
+    return await turns.result(agent_name)
+
+
+async def wait_for_agents(
+    ctx: Context,
+    agent_names: Annotated[list[str], Field(min_length=1, max_length=100,
+                                            description="The agents to wait on (1-100 names)")],
+    until: Annotated[Condition | list[Condition], Field(
+        description="What to wait for: idle (turn over), needs_input, stopped, failed, or a list of these")
+    ] = "idle",
+    mode: Annotated[Literal["all", "any"], Field(description="all: every agent; any: the first one")] = "all",
+    timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Give up after this many seconds")] = 120,
+    waits: Waits = Depends(waits_of),
+) -> WaitResult:
+    """Block until all (or any) of the named agents reach a condition, or the timeout passes; instead of
+    polling list_agents. Sends progress while it waits. Answers each agent's status, which met the
+    condition, and `timed_out`. Tip: until=["idle", "needs_input"] also ends when an agent asks for
+    permission."""
+
+    async def progress(done: float, total: float, message: str) -> None:
+        await ctx.report_progress(done, total, message)
+
+    conditions = [until] if isinstance(until, str) else list(until)
+    return await waits.wait(agent_names, conditions, mode, timeout_s, progress)
+
+
+async def show_agents(
+    agent_names: Annotated[list[str], Field(min_length=1, max_length=50,
+                                            description="The agents to show (1-50 names)")],
+    waits: Waits = Depends(waits_of),
+) -> AgentGlances:
+    """Many agents at a glance: each one's status, current task and a preview of its newest output (300
+    characters). An unknown name is an entry with an error, not a failed call."""
+    return await waits.glance(agent_names)
+
+
+async def list_agent_roles(
+    project: Annotated[str, Field(description="Project name or display name")], fleet: Fleet = Depends(fleet_of),
+) -> Roles:
+    """The roles an agent of this project can take (each sets its system prompt)."""
+    return await fleet.roles(project)
+
+
+async def list_agent_projects(fleet: Fleet = Depends(fleet_of)) -> Projects:
+    """The projects (Coder templates ready for fleet agents) agents can be created in."""
+    return await fleet.projects()
+
+
+# --- registration ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool function with what the server adds to it: title, hints, and its overall deadline."""
+
+    fn: Callable[..., Awaitable[Any]]
+    title: str
+    hints: dict[str, bool]
+    deadline: Deadline = deadline_of_a_read
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    @property
+    def reads_only(self) -> bool:
+        return self.hints["readOnlyHint"]
+
+    def tool(self) -> Tool:
+        """The FastMCP tool: the function within its deadline, every failure a `FleetError`."""
+        fn, deadline = self.fn, self.deadline
+
+        @functools.wraps(fn)
+        async def call(**arguments: Any) -> Any:
+            seconds = deadline(services_of(get_context()).fleet.settings, arguments)
+            async with within(seconds, fn.__name__):
+                return await fn(**arguments)
+
+        made = Tool.from_function(guarded(call), title=self.title, tags={"read" if self.reads_only else "write"},
+                                  annotations=ToolAnnotations.model_validate(self.hints))
+        return made.model_copy(update={"output_schema": nullable_as_type(made.output_schema)})
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(create_agent, "Create agent", WRITE, deadlines.create),
+    ToolSpec(stop_agent, "Stop agent", {**WRITE, "idempotentHint": True}, deadlines.build),
+    ToolSpec(start_agent, "Start agent", {**WRITE, "idempotentHint": True}, deadlines.build),
+    ToolSpec(list_agents, "List agents", READ),
+    ToolSpec(show_agent, "Show agent", READ),
+    ToolSpec(show_agent_task_history, "Show agent task history", READ),
+    ToolSpec(show_agent_log, "Show agent log", READ),
+    ToolSpec(delete_agent, "Delete agent", {**WRITE, "destructiveHint": True, "idempotentHint": True},
+             deadlines.build),
+    ToolSpec(start_agent_task, "Start agent task", WRITE, deadlines.send),
+    ToolSpec(cancel_agent_task, "Cancel agent task", {**WRITE, "destructiveHint": True}, deadlines.cancel),
+    ToolSpec(answer_agent, "Answer agent", WRITE, deadlines.send),
+    ToolSpec(get_agent_result, "Get agent result", READ),
+    ToolSpec(wait_for_agents, "Wait for agents", READ, deadlines.wait),
+    ToolSpec(show_agents, "Show agents", READ),
+    ToolSpec(list_agent_roles, "List agent roles", READ),
+    ToolSpec(list_agent_projects, "List agent projects", READ),
+)
+
+
+def register(mcp: FastMCP, *, read_only: bool = False) -> list[ToolSpec]:
+    """Add the fleet's tools to a FastMCP server whose lifespan yields {"services"} or {"users"} (`users`);
+    with `read_only`, the tools tagged `write` are hidden and cannot be called. Answers the tools served."""
+    for spec in TOOLS:
+        mcp.add_tool(spec.tool())
+    if read_only:
+        mcp.disable(tags={"write"})
+    return [spec for spec in TOOLS if spec.reads_only or not read_only]
+
+
+def instructions(served: Sequence[ToolSpec], *, read_only: bool = False) -> str:
+    """The server's instructions: what it is for, then each served tool with its description's first sentence."""
+    lines = ["Run a fleet of Claude Code agents, each in its own Coder workspace."]
+    if read_only:
+        lines.append("This server is read-only: it watches the fleet but cannot create, task or delete agents.")
+    lines.append("Tools:")
+    for spec in served:
+        text = " ".join((spec.fn.__doc__ or "").split())
+        lines.append(f"- {spec.name}: {text.split('. ')[0].rstrip('.')}.")
+    lines.append("Errors are JSON objects {error, message, details}.")
+    return "\n".join(lines)

@@ -61,7 +61,7 @@ class Services:
     def open(cls, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Services:
         """Services acting with `settings`' token (no request is sent yet)."""
         meter = Meter(settings.rate_share)
-        client = CoderClient(settings, transport=transport, meter=meter)
+        client = settings.coder_client(transport, on_request=meter.note)
         fleet = Fleet(client, settings)
         waits = Waits(fleet, meter)
         return cls(client, fleet, Lifecycle(fleet), Turns(fleet), waits, meter)
@@ -97,7 +97,8 @@ class Users:
         """Coder named the token's user: every token of one user counts against one budget (one `Meter`)."""
         services.username = username
         meter = self._meters.setdefault(username, services.meter)
-        services.meter = services.client.meter = services.waits.meter = meter
+        services.meter = services.waits.meter = meter
+        services.client.on_request = meter.note
         if len(self._meters) > 2 * self.settings.max_users:  # forget the meters of users no longer served
             served = {s.username for s in self._by_key.values()}
             self._meters = {name: m for name, m in self._meters.items() if name in served}

@@ -284,7 +284,8 @@ def modern_call(request_id: object, tool: str, arguments: dict) -> str:
                        "params": {"name": tool, "arguments": arguments, "_meta": MODERN}})
 
 
-def piped(*lines: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`printf lines | fleet-mcp --emulator`, bounded: what a script does."""
-    return subprocess.run([*SERVER, "--emulator"], check=False, input="".join(line + "\n" for line in lines),
+def piped(*lines: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+          ) -> subprocess.CompletedProcess[str]:
+    """`printf lines | fleet-mcp --emulator [args]`, bounded: what a script does."""
+    return subprocess.run([*SERVER, "--emulator", *args], check=False, input="".join(line + "\n" for line in lines),
                           capture_output=True, text=True, timeout=WAIT_S, env=env or clean_env())

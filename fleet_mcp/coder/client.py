@@ -1,7 +1,8 @@
 """Typed async client for Coder's REST API and for workspace apps behind Coder's app proxy.
 
 Every call goes through `CoderClient._request`, which maps failures to the
-errors of `fleet_mcp.coder.errors`, retries only safe (GET) requests, and
+errors of `fleet_mcp.coder.errors`, retries only safe (GET) requests, reads the
+answer within its size cap and the request's deadline (`bounded`), and
 validates the JSON into the models of `fleet_mcp.coder.schemas`.
 """
 
@@ -13,36 +14,33 @@ import json as _json
 import random
 import ssl
 import sys
-from collections.abc import AsyncIterator
+import urllib.request
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import lru_cache, cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from urllib.parse import quote
 
 import httpx
 import pydantic
 
-from fleet_mcp.coder import netcause
+from fleet_mcp.coder import bounded, netcause
+from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.errors import (
-    CoderError, RateLimited, ServerError, Unavailable, error_from_response, redact,
+    CoderError, Oversized, RateLimited, ServerError, Unavailable, error_from_response, redact,
 )
-from fleet_mcp.coder.transport import for_url
 from fleet_mcp.coder.schemas import (
     BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
-from fleet_mcp.settings import Settings
 
 if TYPE_CHECKING:
-    from fleet_mcp.budget import Meter
     from tenacity import RetryCallState
 
-__all__ = ["APP_HEADERS", "DEADLINE", "CoderClient", "Transition", "app_proxy_path"]
+__all__ = ["APP_HEADERS", "CoderClient", "Transition", "app_proxy_path"]
 
-# When the call this request serves must be over (loop time); retries never run past it.
-DEADLINE: ContextVar[float | None] = ContextVar("fleet_mcp_deadline", default=None)
 # Headers a workspace app's own door asks for (the runner's key), added to requests sent while set.
 APP_HEADERS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fleet_mcp_app_headers", default=())
 
@@ -56,12 +54,14 @@ if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
 Transition = Literal["start", "stop", "delete"]
 
 _RETRY_STATUSES = frozenset({500, 502, 503, 504})
-# Failures worth another try: the request may never have arrived, or its answer was lost.
-# (ValueError: a truncated or garbled JSON body.)
-_TRANSIENT_CAUSES = (
-    httpx.ConnectError, httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, ValueError,
-)
+# Failures worth another try: the request may never have arrived, or its answer was lost or garbled.
+# A refused connection, an unknown host or a failed TLS handshake is not: nothing listens there, or it is
+# not Coder, and a second try a moment later only spends the caller's time.
+_TRANSIENT_CAUSES = frozenset({"timeout", "dropped", "garbled"})
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
+# The pool of kept connections, as httpx's defaults; a request waits at most POOL_WAIT_S for a free one.
+_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+_POOL_WAIT_S = 10.0
 
 
 def app_proxy_path(owner: str, workspace: str, agent: str | None, slug: str, rest: str = "") -> str:
@@ -77,33 +77,40 @@ def app_proxy_path(owner: str, workspace: str, agent: str | None, slug: str, res
 
 
 class CoderClient:
-    """Async client of one Coder deployment, authenticated by a session token.
+    """Async client of one Coder deployment at `url`, authenticated by a session `token`.
 
-    Use as `async with CoderClient(settings) as coder: ...`. `transport` replaces
-    the network (tests pass an ASGI transport or a loopback emulator); `meter`
-    counts every request sent (`budget.Meter`, per user).
+    Use as `async with CoderClient(url, token) as coder: ...`. Without a token, only what Coder answers
+    anyone (buildinfo). `transport` replaces the network (tests pass an ASGI transport or a loopback
+    emulator). `request_timeout_s` bounds one request once connected, its answer read whole;
+    `connect_timeout_s` connecting; reads that fail transiently are tried again for up to `retry_budget_s`
+    (writes never), and never past `deadline()` (loop time) when it answers one: the caller's own deadline.
+    `on_request` is called for every request sent (the caller counts them). Raises only `CoderError`s.
     """
 
-    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
-                 meter: Meter | None = None) -> None:
-        self._settings = settings
-        self.meter = meter
-        # No token: only what Coder answers anyone (buildinfo), as per-user mode's start-up check does.
-        token = settings.coder_session_token
-        self._secret = token.get_secret_value() if token is not None else None
-        # Requests go straight to the transport: httpx's client layer (URL merging, cookies, auth and
+    def __init__(self, url: str, token: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None,
+                 request_timeout_s: float = 30.0, connect_timeout_s: float = 5.0, retry_budget_s: float = 20.0,
+                 on_request: Callable[[], None] | None = None,
+                 deadline: Callable[[], float | None] | None = None) -> None:
+        self.on_request = on_request
+        self._deadline = deadline
+        self._retry_budget_s = retry_budget_s
+        self._secret = token or None
+        # Requests go straight to httpx's transport: the client layer (URL merging, cookies, auth and
         # redirect flows, none of which the fleet uses) costs a tenth of a millisecond a request, and
-        # it kept no cookies anyway (a stored coder_session_token cookie that differs from the header
+        # cookies must not be kept (a stored coder_session_token cookie that differs from the header
         # makes Coder answer 400 "CSRF error").
-        self._transport = transport or for_url(settings.coder_url, ssl_context=_tls())
-        self._base = settings.coder_url.rstrip("/")
+        self._transport = transport or _transport(url)
+        self._base = url.rstrip("/")
+        # One request's whole time: connecting, then the answer to its last byte (a body may drip for ever).
+        self._deadline_s = connect_timeout_s + request_timeout_s
         self._headers = [
             *([("Coder-Session-Token", self._secret)] if self._secret else []),
             ("Accept", "application/json"),
             ("Accept-Encoding", "gzip, deflate"),
             ("User-Agent", "coder-fleet-mcp"),
         ]
-        self._timeouts = httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s).as_dict()
+        self._timeouts = httpx.Timeout(request_timeout_s, connect=connect_timeout_s,
+                                       pool=min(_POOL_WAIT_S, request_timeout_s)).as_dict()
 
     async def __aenter__(self) -> CoderClient:
         return self
@@ -116,17 +123,17 @@ class CoderClient:
         await self._transport.aclose()
 
     def __repr__(self) -> str:
-        return f"CoderClient({self._settings.coder_url!r})"
+        return f"CoderClient({self._base!r})"
 
     # --- deployment, users, organizations ------------------------------------------
 
     async def buildinfo(self) -> BuildInfo:
         """Coder's version and URLs (`GET /api/v2/buildinfo`)."""
-        return await self._request("GET", "/api/v2/buildinfo", BuildInfo)
+        return await self._request("GET", "/api/v2/buildinfo", BuildInfo, limit="status")
 
     async def me(self) -> User:
         """The user the token belongs to."""
-        return await self._request("GET", "/api/v2/users/me", User)
+        return await self._request("GET", "/api/v2/users/me", User, limit="status")
 
     async def organizations(self) -> list[Organization]:
         """Every organization the user can see."""
@@ -210,7 +217,7 @@ class CoderClient:
             params["limit"] = limit
         if offset:
             params["offset"] = offset
-        return await self._request("GET", "/api/v2/workspaces", WorkspacesPage, params=params)
+        return await self._request("GET", "/api/v2/workspaces", WorkspacesPage, params=params, limit="listing")
 
     async def workspace(self, workspace_id: str) -> Workspace:
         """One workspace by ID; a deleted one raises `Gone`."""
@@ -245,7 +252,7 @@ class CoderClient:
         """A workspace's builds, newest first."""
         params = {k: v for k, v in (("limit", limit), ("offset", offset)) if v}
         path = f"/api/v2/workspaces/{_seg(workspace_id)}/builds"
-        return await self._request("GET", path, list[WorkspaceBuild], params=params)
+        return await self._request("GET", path, list[WorkspaceBuild], params=params, limit="listing")
 
     async def build(self, build_id: str) -> WorkspaceBuild:
         """One build by ID, with its resources, agents, apps and app statuses."""
@@ -258,27 +265,43 @@ class CoderClient:
 
     async def cancel_build(self, build_id: str) -> None:
         """Cancel a pending or running build (the template must allow it, else `Forbidden`)."""
-        await self._request("PATCH", f"/api/v2/workspacebuilds/{_seg(build_id)}/cancel", None)
+        await self._request("PATCH", f"/api/v2/workspacebuilds/{_seg(build_id)}/cancel", None, limit="status")
 
     # --- workspace apps through the app proxy --------------------------------------------
 
-    async def app_request(self, method: str, path: str, model: Any = None, *, json: Any = None) -> Any:
-        """A request to a workspace app (`path` from `app_proxy_path`), mapped, retried and parsed as any other."""
-        return await self._request(method, path, model, json=json)
+    async def app_request(self, method: str, path: str, model: Any = None, *, json: Any = None,
+                          limit: Limit = "status") -> Any:
+        """A request to a workspace app (`path` from `app_proxy_path`), mapped, retried and parsed as any other;
+        its answer may be at most `bounded.LIMITS[limit]` bytes."""
+        return await self._request(method, path, model, json=json, limit=limit)
 
     @asynccontextmanager
-    async def app_stream(self, path: str) -> AsyncIterator[httpx.Response]:
-        """A streamed GET of a workspace app (server-sent events); failures raise as for other calls."""
-        if self.meter is not None:
-            self.meter.note()
-        response = await self._send("GET", path, accept="text/event-stream")
+    async def app_lines(self, path: str, limit: Limit = "events") -> AsyncIterator[AsyncIterator[str]]:
+        """The lines of a streamed GET of a workspace app (server-sent events), as they come; failures raise as
+        for other calls, and `Oversized` once more than `bounded.LIMITS[limit]` bytes came. The caller bounds
+        the time."""
+        if self.on_request is not None:
+            self.on_request()
+        where = f"GET {path}"
+        try:
+            response = await self._send("GET", path, accept="text/event-stream")
+        except httpx.HTTPError as exc:
+            raise self._no_answer(where, exc) from exc
         try:
             if not response.is_success:
-                await response.aread()
-                raise error_from_response(response, secret=self._secret)
-            yield response
+                raise error_from_response(await self._error_body(response, where), secret=self._secret)
+            yield self._bounded_lines(response, where, bounded.LIMITS[limit])
         finally:
             await response.aclose()
+
+    async def _bounded_lines(self, response: httpx.Response, where: str, cap: int) -> AsyncIterator[str]:
+        try:
+            async for line in bounded.lines(response, cap):
+                yield line
+        except (bounded.TooLarge, bounded.Undecodable) as exc:
+            raise _oversized(where, exc) from None
+        except httpx.HTTPError as exc:
+            raise self._no_answer(where, exc) from exc
 
     async def _send(self, method: str, path: str, *, params: Any = None, json: Any = None,
                     accept: str | None = None) -> httpx.Response:
@@ -302,39 +325,30 @@ class CoderClient:
         *,
         params: dict[str, Any] | None = None,
         json: Any = None,
+        limit: Limit = "record",
     ) -> Any:
         """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body)."""
-        where = f"{method} {path}"
-        if method != "GET" or self._settings.retry_budget_s <= 0:  # never repeat a request that may have changed
-            data = await self._send_once(method, path, params, json)  # something; no budget, no second try
-        else:
-            started = asyncio.get_running_loop().time()
-            try:
-                # Most reads are answered at once: the retry machinery is set up only after a failure.
-                data = await self._send_once(method, path, params, json)
-            except CoderError as exc:
-                if not _is_transient(exc):
-                    raise
-                data = await self._retried(exc, started, method, path, params, json)
-        if model is None:
-            return None
+        call = _Call(method, path, params, json, model, bounded.LIMITS[limit])
+        if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
+            return await self._send_once(call)  # something; no budget, no second try
+        started = asyncio.get_running_loop().time()
         try:
-            return _adapter(model).validate_python(data)
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(part) for part in first["loc"])
-            raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {first['msg']}") from None
+            # Most reads are answered at once: the retry machinery is set up only after a failure.
+            return await self._send_once(call)
+        except CoderError as exc:
+            if not _is_transient(exc):
+                raise
+            return await self._retried(exc, started, call)
 
-    async def _retried(self, failure: CoderError, started: float, method: str, path: str, params: Any,
-                       body: Any) -> Any:
+    async def _retried(self, failure: CoderError, started: float, call: _Call) -> Any:
         """The read again after its first try failed with `failure`: exponential backoff with jitter (429: the
         server's Retry-After), all within the retry budget counted from `started`."""
         # Imported here: the start-up check of Coder has no retry budget, so start-up never needs tenacity.
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
 
         loop = asyncio.get_running_loop()
-        budget = self._settings.retry_budget_s
-        if (deadline := DEADLINE.get()) is not None:
+        budget = self._retry_budget_s
+        if self._deadline is not None and (deadline := self._deadline()) is not None:
             budget = max(0.0, min(budget, deadline - started))
         if loop.time() - started >= budget:
             raise failure
@@ -353,32 +367,88 @@ class CoderClient:
                                            stop=stop_after_delay(max(0.0, budget - (loop.time() - started))),
                                            reraise=True):
             with attempt:
-                return await self._send_once(method, path, params, body)
+                return await self._send_once(call)
         raise failure  # pragma: no cover - reraise=True: the loop returns or raises
 
-    async def _send_once(self, method: str, path: str, params: Any, body: Any) -> Any:
-        where = f"{method} {path}"
-        if self.meter is not None:
-            self.meter.note()
+    async def _send_once(self, call: _Call) -> Any:
+        """One try: the answer read whole within its cap and the request's deadline, then validated."""
+        where = f"{call.method} {call.path}"
+        if self.on_request is not None:
+            self.on_request()
         try:
-            response = await self._send(method, path, params=params, json=body)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
+            async with asyncio.timeout(self._deadline_s):  # the whole exchange, however slowly the body drips
+                response = await self._send(call.method, call.path, params=call.params, json=call.body)
+                try:
+                    if not response.is_success:
+                        raise error_from_response(await self._error_body(response, where), secret=self._secret)
+                    content = await bounded.read(response, call.cap)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            raise Unavailable(None, f"No complete answer to {where} within {self._deadline_s:g} s",
+                              cause="timeout") from None
+        except (bounded.TooLarge, bounded.Undecodable) as exc:
+            raise _oversized(where, exc) from None
         except httpx.HTTPError as exc:
-            reason = redact(f"{type(exc).__name__}: {exc}".rstrip(": "), self._secret)
-            raise Unavailable(None, f"No answer to {where}: {netcause.cause(exc)[1]}", reason) from exc
-        if not response.is_success:
-            raise error_from_response(response, secret=self._secret)
-        if not response.content.strip():
-            return None
-        if "html" in response.headers.get("content-type", "").lower():
-            raise Unavailable(None, f"Expected JSON from {where}, got an HTML page")
+            raise self._no_answer(where, exc) from exc
+        return _parsed(where, response, content, call.model)
+
+    async def _error_body(self, response: httpx.Response, where: str) -> httpx.Response:
+        """The error answer with its body read (only its start, decoded), as `error_from_response` reads it."""
         try:
-            return _json.loads(response.content)
+            body = await bounded.read(response, bounded.ERROR_BODY, truncate=True)
+        except bounded.Undecodable:
+            body = b""
+        headers = [(k, v) for k, v in response.headers.raw
+                   if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
+        return httpx.Response(response.status_code, headers=headers, content=body, request=response.request,
+                              extensions=response.extensions)
+
+    def _no_answer(self, where: str, exc: httpx.HTTPError) -> Unavailable:
+        kind, phrase = netcause.cause(exc)
+        reason = redact(f"{type(exc).__name__}: {exc}".rstrip(": "), self._secret)
+        return Unavailable(None, f"No answer to {where}: {phrase}", reason, cause=kind)
+
+
+class _Call(NamedTuple):
+    method: str
+    path: str
+    params: Any
+    body: Any
+    model: Any
+    cap: int
+
+
+def _parsed(where: str, response: httpx.Response, content: bytes, model: Any) -> Any:
+    """The answer validated into `model` (None: only checked to be JSON, or empty)."""
+    if not content.strip():
+        return None if model is None else _validated(where, model, b"null")
+    if "html" in response.headers.get("content-type", "").lower():
+        raise Unavailable(None, f"Expected JSON from {where}, got an HTML page", cause="garbled")
+    if model is None:
+        try:
+            _json.loads(content)
         except ValueError as exc:
-            raise Unavailable(None, f"Unreadable JSON from {where}", str(exc)) from exc
+            raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
+        return None
+    return _validated(where, model, content)
+
+
+def _validated(where: str, model: Any, content: bytes) -> Any:
+    try:
+        return _adapter(model).validate_json(content)
+    except pydantic.ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            raise Unavailable(None, f"Unreadable JSON from {where}", first["msg"], cause="garbled") from None
+        loc = ".".join(str(part) for part in first["loc"])
+        raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {first['msg']}") from None
+
+
+def _oversized(where: str, exc: bounded.TooLarge | bounded.Undecodable) -> Oversized:
+    if isinstance(exc, bounded.TooLarge):
+        return Oversized(None, f"the answer to {where} is {exc}, the cap for its kind", cause="oversized")
+    return Oversized(None, f"the answer to {where} cannot be read: {exc}", cause="oversized")
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -386,7 +456,18 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, ServerError):
         return exc.status in _RETRY_STATUSES
-    return isinstance(exc, Unavailable) and isinstance(exc.__cause__, _TRANSIENT_CAUSES)
+    return isinstance(exc, Unavailable) and exc.cause in _TRANSIENT_CAUSES
+
+
+def _transport(url: str) -> httpx.AsyncBaseTransport:
+    """httpx's own transport for this Coder URL, through the proxy the environment names for it
+    (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; NO_PROXY respected), as `httpx.AsyncClient(trust_env=True)` would."""
+    parsed = httpx.URL(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if proxy and urllib.request.proxy_bypass(parsed.host):
+        proxy = None
+    return httpx.AsyncHTTPTransport(verify=_tls(), proxy=proxy, limits=_LIMITS)
 
 
 @lru_cache(maxsize=1)

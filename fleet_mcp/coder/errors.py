@@ -18,7 +18,7 @@ import httpx
 
 __all__ = [
     "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "CoderError",
-    "Conflict", "Forbidden", "Gone", "NotFound", "PathAppsDisabled", "RateLimited",
+    "Conflict", "Forbidden", "Gone", "NotFound", "Oversized", "PathAppsDisabled", "RateLimited",
     "ServerError", "Unauthorized", "Unavailable", "Validation", "WorkspaceOffline",
     "error_from_response", "redact",
 ]
@@ -107,7 +107,30 @@ class ServerError(CoderError):
 
 
 class Unavailable(CoderError):
-    """No usable answer: connection refused, timeout, dropped connection, garbled body."""
+    """No usable answer: connection refused, timeout, dropped connection, garbled body.
+
+    `cause` says which, where known: `refused`, `dns`, `tls`, `timeout`, `dropped`, `other` (see `netcause`),
+    `garbled` (a body that is not what was asked for), `oversized`.
+    """
+
+    def __init__(
+        self,
+        status: int | None,
+        message: str,
+        detail: str = "",
+        validations: list[Validation] | tuple[Validation, ...] = (),
+        *,
+        cause: str | None = None,
+    ) -> None:
+        super().__init__(status, message, detail, validations)
+        self.cause = cause
+
+
+class Oversized(Unavailable):
+    """An answer over the size cap for its kind (decoded size), or compressed in a way that cannot be read;
+    `agent` names the agent whose app sent it, where a caller knows."""
+
+    agent: str | None = None
 
 
 class AppProxyError(CoderError):

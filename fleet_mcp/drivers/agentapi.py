@@ -13,13 +13,14 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import httpx
 import pydantic
 
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, Text, Timestamp
-from .base import Busy, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable
+from .base import (
+    Busy, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable, oversized,
+)
 from .wire import ConversationPage
 
 __all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal", "screen_prompt"]
@@ -78,6 +79,8 @@ class AgentAPIDriver:
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await call()
+        except ce.Oversized as exc:
+            raise oversized(self.address[1], exc) from None
         except ce.AppNotFound:
             raise Unreachable(f"The workspace has no app {self.slug!r}: its template lacks the AgentAPI "
                               "app.") from None
@@ -96,7 +99,7 @@ class AgentAPIDriver:
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call(
-            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage))
+            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage, limit="conversation"))
         return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
@@ -153,9 +156,9 @@ class AgentAPIDriver:
         errors: list[str] = []
 
         async def read() -> None:
-            async with self.client.app_stream(self._path("events")) as response:
+            async with self.client.app_lines(self._path("events")) as lines:
                 event, replayed_status = "", False
-                async for line in response.aiter_lines():
+                async for line in lines:
                     if line.startswith("event:"):
                         event = line[6:].strip()
                         if replayed_status and event != "agent_error":
@@ -166,7 +169,7 @@ class AgentAPIDriver:
 
         try:
             await asyncio.wait_for(read(), wait)
-        except (TimeoutError, httpx.HTTPError, pydantic.ValidationError):
+        except (TimeoutError, ce.Unavailable, pydantic.ValidationError):
             pass
         return [e for e in errors if e]
 

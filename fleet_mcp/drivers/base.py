@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
 
+from ..coder import errors as ce
+
 __all__ = [
     "Answered", "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
-    "NotSupported", "Pending", "StalePrompt", "TurnResult", "Unreachable",
+    "NotSupported", "Pending", "StalePrompt", "TurnResult", "Unreachable", "oversized",
 ]
 
 LiveState = Literal["starting", "working", "idle", "needs_input", "error"]
@@ -152,3 +154,10 @@ class Driver(Protocol):
     async def results(self) -> list[TurnResult]:
         """Finished turns, oldest first; `NotSupported` where the program keeps none."""
         ...
+
+
+def oversized(name: str, exc: ce.Oversized) -> ce.Oversized:
+    """`exc`, naming the agent whose program sent the answer (it is the agent's to replace: untrusted)."""
+    named = ce.Oversized(None, exc.message, exc.detail, cause=exc.cause)
+    named.agent = name
+    return named

@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..coder import errors as ce
+from ..coder.bounded import Limit
 from ..coder.client import APP_HEADERS, CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
     Answered, Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, StalePrompt, TurnResult, Unreachable,
+    oversized,
 )
 from .wire import ConversationPage
 
@@ -90,11 +92,13 @@ class RunnerDriver:
         self.address = (owner, workspace, agent, slug)
         self._key = key
 
-    async def _call(self, method: str, rest: str, model: Any = None, body: Any = None) -> Any:
+    async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
+                    limit: Limit = "status") -> Any:
         path = app_proxy_path(*self.address, rest)
         sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
         try:
-            return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body))
+            return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body,
+                                                                               limit=limit), self.address[1])
         finally:
             APP_HEADERS.reset(sent)
 
@@ -107,7 +111,7 @@ class RunnerDriver:
                     cost_usd=s.cost_usd, model=s.model, answered=tuple(a.answered() for a in s.answered))
 
     async def conversation(self) -> list[Message]:
-        page: ConversationPage = await self._call("GET", "messages", ConversationPage)
+        page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation")
         return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
@@ -138,16 +142,18 @@ class RunnerDriver:
         return [state.error] if state.error else []
 
     async def results(self) -> list[TurnResult]:
-        page: _Results = await self._call("GET", "results", _Results)
+        page: _Results = await self._call("GET", "results", _Results, limit="conversation")
         return [TurnResult(task=r.task, text=r.text, is_error=r.is_error, finished_at=r.finished_at,
                            num_turns=r.num_turns, duration_ms=r.duration_ms, cost_usd=r.total_cost_usd,
                            session_id=r.session_id, pull_request_url=r.pull_request_url,
                            interrupted=r.interrupted, subtype=r.subtype) for r in page.results]
 
 
-async def _reachable(slug: str, call: Callable[[], Awaitable[T]]) -> T:
+async def _reachable(slug: str, call: Callable[[], Awaitable[T]], name: str) -> T:
     try:
         return await call()
+    except ce.Oversized as exc:
+        raise oversized(name, exc) from None
     except ce.AppNotFound:
         raise Unreachable(f"The workspace has no app {slug!r}: its template lacks the runner app.") from None
     except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:

@@ -18,15 +18,24 @@ request. Routes under `/emulator/` are never faulted. On the wire:
 - garbage: 200 `application/json` whose body is not JSON, without reaching the backend.
 - token_expiry: after `after` more requests carrying `token`, the token is refused:
   401 on API routes, Coder's 303 to /login on app-proxy paths.
+- bomb: 200 `application/json` with `Content-Encoding: gzip`, a body of about
+  `inflated` / 1000 bytes that inflates to `inflated` zero bytes (default 1 GiB), as
+  an agent's own server behind the app proxy may answer (Coder passes it through).
+- endless: 200 `application/json`, chunked, `chunk` bytes every `interval` seconds
+  until the client leaves (or `bytes` in all): a body that never ends. It needs a
+  socket: an in-process transport would buffer it for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import itertools
 import json
 import re
+import struct
+import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -57,7 +66,10 @@ KINDS: dict[str, dict[str, tuple[type, Any]]] = {  # kind -> {param: (type, defa
     "truncate": {"bytes": (int, None)},
     "garbage": {"body": (str, "<html><body><h1>502 Bad Gateway</h1></body></html>\n")},
     "token_expiry": {"token": (str, REQUIRED), "after": (int, 0)},
+    "bomb": {"inflated": (int, 1 << 30)},
+    "endless": {"chunk": (int, 64 * 1024), "interval": (float, 0.0), "bytes": (int, None)},
 }
+BOMB_BLOCK = 1 << 20
 
 
 class ConnectionDropped(Exception):
@@ -185,6 +197,24 @@ async def _answer(send: Send, status: int, content_type: str, body: bytes, heade
     await send({"type": "http.response.body", "body": body})
 
 
+@functools.lru_cache(maxsize=2)
+def gzip_bomb(inflated: int) -> bytes:
+    """A gzip member of `inflated` zero bytes (rounded down to MiB), about a thousandth of that in size.
+
+    After a full flush the compressor starts afresh, so each further MiB of zeros compresses to the same
+    bytes: the body is built from one such block repeated, not by compressing the whole.
+    """
+    zeros, blocks = bytes(BOMB_BLOCK), max(1, inflated // BOMB_BLOCK)
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    first = z.compress(zeros) + z.flush(zlib.Z_FULL_FLUSH)
+    block = z.compress(zeros) + z.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(blocks):
+        crc = zlib.crc32(zeros, crc)
+    final = b"\x03\x00"  # an empty fixed-Huffman block marked last
+    return first + block * (blocks - 1) + final + struct.pack("<II", crc, (blocks * BOMB_BLOCK) & 0xFFFFFFFF)
+
+
 async def _drop(send: Send) -> None:
     # uvicorn hands the app its request cycle's bound `send`; the cycle owns the transport.
     cycle = getattr(send, "__self__", None)
@@ -262,6 +292,41 @@ class FaultMiddleware:
 
     async def _garbage(self, p: dict, scope: Message, receive: Receive, send: Send) -> None:
         await _answer(send, 200, "application/json", p["body"].encode(), dict(self.faults.headers))
+
+    async def _bomb(self, p: dict, scope: Message, receive: Receive, send: Send) -> None:
+        headers = {**self.faults.headers, "Content-Encoding": "gzip"}
+        await _answer(send, 200, "application/json", gzip_bomb(p["inflated"]), headers)
+
+    async def _endless(self, p: dict, scope: Message, receive: Receive, send: Send) -> None:
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        stop = asyncio.get_running_loop().create_future()
+        self.faults._holds.add(stop)
+        raw = [(b"content-type", b"application/json")]
+        raw += [(k.lower().encode(), v.encode()) for k, v in self.faults.headers.items()]
+        piece = b'{"messages": [' + b" " * max(0, p["chunk"] - 14)
+        left = p.get("bytes")
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": raw})
+            while not gone.is_set() and not stop.done() and (left is None or left > 0):
+                body = piece if left is None else piece[:left]
+                left = None if left is None else left - len(body)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                piece = b" " * max(1, p["chunk"])
+                await asyncio.sleep(p["interval"])
+            if left is not None and left <= 0:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the client left mid-send
+        finally:
+            watcher.cancel()
+            self.faults._holds.discard(stop)
 
     async def _token_expiry(self, p: dict, scope: Message, receive: Receive, send: Send) -> None:
         headers = dict(self.faults.headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -15,8 +16,7 @@ from fleet_mcp.emulator.app import running
 
 @pytest.fixture
 async def client(emulator):
-    async with CoderClient(fleet_settings(retry_budget_s=3.0),
-                           transport=httpx.ASGITransport(app=emulator.app)) as c:
+    async with fleet_settings(retry_budget_s=3.0).coder_client(httpx.ASGITransport(app=emulator.app)) as c:
         yield c
 
 
@@ -88,7 +88,7 @@ async def test_writes_are_never_retried(client, coder):
 
 async def test_retries_give_up_within_the_budget(emulator, coder):
     await fault(coder, "GET /api/v2/users/*", "status", code=502)
-    async with CoderClient(fleet_settings(retry_budget_s=1.0), transport=httpx.ASGITransport(app=emulator.app)) as c:
+    async with fleet_settings(retry_budget_s=1.0).coder_client(httpx.ASGITransport(app=emulator.app)) as c:
         started = time.monotonic()
         with pytest.raises(ce.ServerError):
             await c.me()
@@ -96,17 +96,32 @@ async def test_retries_give_up_within_the_budget(emulator, coder):
 
 
 async def test_refused_token_is_unauthorized_and_not_retried(emulator, coder):
-    async with CoderClient(fleet_settings(coder_session_token="nope"),
-                           transport=httpx.ASGITransport(app=emulator.app)) as c:
+    async with fleet_settings(coder_session_token="nope").coder_client(httpx.ASGITransport(app=emulator.app)) as c:
         with pytest.raises(ce.Unauthorized) as exc:
             await c.me()
     assert "nope" not in str(exc.value)
 
 
 async def test_members_see_only_their_own(emulator):
-    async with CoderClient(fleet_settings(coder_session_token=ALICE_TOKEN),
-                           transport=httpx.ASGITransport(app=emulator.app)) as c:
+    async with fleet_settings(coder_session_token=ALICE_TOKEN).coder_client(httpx.ASGITransport(app=emulator.app)) as c:
         assert [w.name for w in (await c.workspaces()).workspaces] == ["alice-agent"]
+
+
+async def test_the_leaf_client_counts_its_requests_and_keeps_within_the_callers_deadline(emulator, coder):
+    """Built from explicit parameters: every request sent (retries too) reaches `on_request`, and retries stop
+    at the caller's deadline, not at the end of the 20 s retry budget."""
+    await fault(coder, "GET /api/v2/users/*", "status", code=503)
+    sent: list[float] = []
+    end = asyncio.get_running_loop().time() + 0.5
+    async with CoderClient("http://coder.test", TOKEN, transport=httpx.ASGITransport(app=emulator.app),
+                           retry_budget_s=20.0, on_request=lambda: sent.append(time.monotonic()),
+                           deadline=lambda: end) as c:
+        started = time.monotonic()
+        with pytest.raises(ce.ServerError):
+            await c.me()
+    assert time.monotonic() - started < 1.5
+    rules = (await coder.get("/emulator/faults")).json()["faults"]
+    assert len(sent) == rules[0]["fired"] >= 2
 
 
 class TestOnASocket:
@@ -117,7 +132,7 @@ class TestOnASocket:
             async with httpx.AsyncClient(base_url=url) as control:
                 await control.post("/emulator/faults", json={"match": "GET /api/v2/users/*", "kind": "drop",
                                                             "count": 1})
-            async with CoderClient(fleet_settings(coder_url=url)) as c:
+            async with fleet_settings(coder_url=url).coder_client() as c:
                 assert (await c.me()).username == "demo"
 
     async def test_stall_past_the_timeout_then_success(self, emulator):
@@ -125,13 +140,13 @@ class TestOnASocket:
             async with httpx.AsyncClient(base_url=url) as control:
                 await control.post("/emulator/faults", json={"match": "GET /api/v2/users/*", "kind": "stall",
                                                             "seconds": 5, "count": 1})
-            async with CoderClient(fleet_settings(coder_url=url, request_timeout_s=0.3)) as c:
+            async with fleet_settings(coder_url=url, request_timeout_s=0.3).coder_client() as c:
                 started = time.monotonic()
                 assert (await c.me()).username == "demo"
             assert time.monotonic() - started < 3
 
     async def test_connection_refused_is_unavailable(self):
-        async with CoderClient(fleet_settings(coder_url="http://127.0.0.1:9", retry_budget_s=0.5)) as c:
+        async with fleet_settings(coder_url="http://127.0.0.1:9", retry_budget_s=0.5).coder_client() as c:
             with pytest.raises(ce.Unavailable):
                 await c.me()
 

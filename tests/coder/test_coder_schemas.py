@@ -21,7 +21,7 @@ import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from fleet_mcp.coder import errors as E
-from fleet_mcp.coder.client import CoderClient, app_proxy_path
+from fleet_mcp.coder.client import app_proxy_path
 from fleet_mcp.coder.schemas import (
     Organization,
     Presets,
@@ -477,7 +477,7 @@ async def test_client_keeps_no_cookies_and_hides_token() -> None:
         await send({"type": "http.response.body", "body": b'{"version": "v2.27.1"}'})
 
     settings = Settings(_env_file=None, coder_url="https://coder.example.com", coder_session_token="tok-SECRET-123")
-    async with CoderClient(settings, transport=httpx.ASGITransport(app=coder)) as client:
+    async with settings.coder_client(httpx.ASGITransport(app=coder)) as client:
         await client.buildinfo()
         await client.buildinfo()
         assert "tok-SECRET-123" not in repr(client)

@@ -23,7 +23,6 @@ from processes import clean_env, free_port
 from support import CheckedTransport, fleet_settings
 
 from fleet_mcp import cli
-from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.doctor import Report, diagnose, run
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
@@ -40,7 +39,7 @@ SECRET = "s3cr3t-doctor-t0ken"
 async def report_of(emulator, conformance, **settings) -> Report:
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     chosen = fleet_settings(**settings)
-    async with CoderClient(chosen, transport=transport) as client:
+    async with chosen.coder_client(transport) as client:
         return await diagnose(client, chosen)
 
 

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from processes import SERVER, WAIT_S, clean_env, modern_call, piped
+from processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped
 
 
 def answers(stdout: str) -> dict[object, dict]:
@@ -102,3 +102,15 @@ def test_a_cancelled_request_does_not_hold_up_the_stop(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(WAIT_S)
+
+
+def test_read_only_switch_lists_the_reading_tools_and_refuses_a_write():
+    listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN}})
+    create = modern_call(2, "create_agent", {"name": "sneaky", "project": "fleet-demo", "spec": "Do it"})
+    done = piped(listing, create, modern_call(3, "list_agents", {}), args=("--read-only",))
+    assert done.returncode == 0, done.stderr
+    got = answers(done.stdout)
+    names = {t["name"] for t in got["1"]["result"]["tools"]}
+    assert "list_agents" in names and not names & {"create_agent", "delete_agent", "start_agent_task"}
+    assert got["2"]["result"]["isError"] and "bad_request" in got["2"]["result"]["content"][0]["text"]
+    assert got["3"]["result"]["structuredContent"]["agents"] == []  # nothing was created

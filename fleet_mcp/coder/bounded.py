@@ -1,0 +1,155 @@
+"""Answers read within bounds: a size cap per kind of answer, counted after decompression.
+
+Coder's app proxy passes a workspace app's body and `Content-Encoding` through
+unchanged, and the app is the agent's to replace: a 1 MiB gzip body can inflate
+to a gibibyte, or a body can never end. So every answer is streamed, inflated
+here in steps of at most `STEP` bytes (httpx's own decoder inflates each network
+read whole, up to ~64 MiB from one 64 KiB read of a bomb), and abandoned once
+its decoded size passes the cap for its kind. The caller bounds the time.
+
+A connection that received bytes past the end of its answer is marked failed
+before it goes back to the pool, so it is closed rather than reused: httpcore
+would otherwise hand those bytes to the next request as its answer.
+"""
+
+from __future__ import annotations
+
+import codecs
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Literal
+
+import httpx
+
+__all__ = ["ERROR_BODY", "LIMITS", "STEP", "Limit", "TooLarge", "Undecodable", "lines", "read"]
+
+MiB = 1 << 20
+Limit = Literal["status", "record", "conversation", "listing", "events"]
+LIMITS: dict[Limit, int] = {
+    "status": 1 * MiB,  # an agent's state or status, the answer to a write, who the token is
+    "events": 1 * MiB,  # what an agent's event stream replays before it goes live
+    "record": 8 * MiB,  # one workspace, build, template or version; a template's parameters, presets, resources
+    "conversation": 16 * MiB,  # an agent's whole conversation, or its turns' results
+    "listing": 128 * MiB,  # the fleet's workspaces (a real workspace is ~47 KB), a workspace's builds
+}
+ERROR_BODY = 64 * 1024  # of an error answer, only this much is read: enough for any message Coder writes
+STEP = 64 * 1024  # most bytes inflated at once
+
+
+class TooLarge(Exception):
+    """The answer's decoded body is over `cap` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"over {cap // MiB} MiB" if cap >= MiB else f"over {cap // 1024} KiB")
+        self.cap = cap
+
+
+class Undecodable(Exception):
+    """The body's `Content-Encoding` is unknown, or its compressed data is corrupt."""
+
+
+class _Inflater:
+    """One body's decoder for `Content-Encoding` identity, gzip or deflate (zlib-wrapped or raw)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding.strip().lower()
+        if self.encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+            raise Undecodable(f"unsupported Content-Encoding {encoding[:40]!r}")
+        wbits = 16 + zlib.MAX_WBITS if "gzip" in self.encoding else zlib.MAX_WBITS
+        self._z = zlib.decompressobj(wbits) if self.encoding not in ("", "identity") else None
+        self._started = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The decoded bytes of `data`, in pieces of at most `STEP` (identity: as given)."""
+        if self._z is None:
+            yield data
+            return
+        while True:
+            try:
+                out = self._z.decompress(data, STEP)
+            except zlib.error as exc:
+                if self.encoding == "deflate" and not self._started:  # raw deflate, as some servers send it
+                    self._z, self._started = zlib.decompressobj(-zlib.MAX_WBITS), True
+                    continue
+                raise Undecodable(f"corrupt {self.encoding} data") from exc
+            self._started = True
+            if out:
+                yield out
+            data = self._z.unconsumed_tail
+            if not data and len(out) < STEP:
+                return
+
+
+async def _decoded(response: httpx.Response, cap: int) -> AsyncIterator[bytes]:
+    if response.is_stream_consumed:  # read already, and decoded, by a transport wrapped around the network's
+        if len(response.content) > cap:
+            raise TooLarge(cap)
+        yield response.content
+        return
+    declared = response.headers.get("content-length", "")
+    encoding = response.headers.get("content-encoding", "")
+    if declared.isdigit() and int(declared) > cap and encoding.strip().lower() in ("", "identity"):
+        raise TooLarge(cap)  # said up front: not a byte need be read
+    inflater, size = _Inflater(encoding), 0
+    stream = response.stream
+    assert isinstance(stream, httpx.AsyncByteStream)
+    async for raw in stream:  # not aiter_raw(), which hands the connection back before it can be checked
+        for piece in inflater.feed(raw):
+            size += len(piece)
+            if size > cap:
+                raise TooLarge(cap)
+            yield piece
+    _drop_if_desynchronised(response)
+
+
+async def read(response: httpx.Response, cap: int, *, truncate: bool = False) -> bytes:
+    """The whole decoded body, at most `cap` bytes; `TooLarge` past it (`truncate`: its first `cap` bytes)."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for piece in _decoded(response, cap if not truncate else cap + STEP):
+            parts.append(piece)
+            size += len(piece)
+            if truncate and size >= cap:
+                break
+    except TooLarge:
+        if not truncate:
+            raise
+    return b"".join(parts)[:cap]
+
+
+async def lines(response: httpx.Response, cap: int) -> AsyncIterator[str]:
+    """The body's lines (UTF-8, endings stripped) as they arrive; `TooLarge` once `cap` bytes have come."""
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    async for piece in _decoded(response, cap):
+        pending += text.decode(piece)
+        *complete, pending = pending.split("\n")
+        for line in complete:
+            yield line.removesuffix("\r")
+    if pending := pending + text.decode(b"", final=True):
+        yield pending.removesuffix("\r")
+
+
+def _drop_if_desynchronised(response: httpx.Response) -> None:
+    """Mark the answer's HTTP/1.1 connection failed when it holds bytes past the answer's end.
+
+    The server sent them before any next request: they can only be garbage or an answer to nothing, and
+    httpcore (1.0.x) would keep them buffered and read them as the next request's answer. A failed
+    connection is closed when the answer is, never reused. httpx exposes no seam here, so the h11 state
+    is found through the response's stream (httpx -> httpcore pool -> HTTP/1.1 connection).
+    """
+    state = _h11_state(response.stream)
+    if state is not None and state.trailing_data[0]:
+        state.send_failed()
+
+
+def _h11_state(stream: object) -> Any:
+    seen = 0
+    while stream is not None and seen < 6:
+        if (state := getattr(stream, "_h11_state", None)) is not None:
+            return state if hasattr(state, "trailing_data") and hasattr(state, "send_failed") else None
+        stream = next((s for name in ("_connection", "_stream", "_httpcore_stream")
+                       if (s := getattr(stream, name, None)) is not None), None)
+        seen += 1
+    return None

@@ -1,0 +1,160 @@
+"""The Coder client on httpx's own transport, on real sockets: kept connections, their poisoning, many descriptors,
+a proxy from the environment, and Coder gone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from fastmcp import Client
+from processes import free_port
+from support import Tools, fleet_settings
+
+from fleet_mcp.connections import raise_fd_limit
+from fleet_mcp.emulator import Emulator
+from fleet_mcp.emulator.app import running
+from fleet_mcp.server import build_server
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Scripted"], Awaitable[None]]
+
+
+@dataclass
+class Scripted:
+    """A loopback HTTP server that says exactly what its handler writes; counts connections and requests."""
+
+    url: str = ""
+    connections: int = 0
+    requests: list[str] = field(default_factory=list)
+
+    async def request(self, reader: asyncio.StreamReader) -> str:
+        """The next request's target ("" once the client closed); its head read whole (GETs have no body)."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return ""
+        target = head.split(b" ")[1].decode()
+        self.requests.append(target)
+        return target
+
+
+def answer(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+
+
+@asynccontextmanager
+async def scripted(handler: Handler) -> AsyncIterator[Scripted]:
+    state = Scripted()
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        state.connections += 1
+        try:
+            await handler(reader, writer, state)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(connected, "127.0.0.1", 0)
+    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        yield state
+    finally:
+        server.close()
+
+
+async def desynchronising(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Scripted) -> None:
+    """Answers each request with its own path; the first answer is followed, in the same write, by a second
+    complete answer nobody asked for (a buggy or hostile proxy in front of Coder)."""
+    while target := await server.request(reader):
+        extra = answer({"path": "/stale"}) if len(server.requests) == 1 else b""
+        writer.write(answer({"path": target}) + extra)
+        await writer.drain()
+
+
+async def test_bytes_past_an_answer_never_answer_the_next_request():
+    paths = ["/first", "/second", "/third"]
+    # The attack, against httpx's transport alone: httpcore keeps the connection, and its buffered bytes
+    # answer the second request. (Should this ever fail, httpcore drops such connections itself.)
+    async with scripted(desynchronising) as server, httpx.AsyncClient(base_url=server.url) as plain:
+        seen = [(await plain.get(p)).json()["path"] for p in paths]
+    assert seen == ["/first", "/stale", "/second"]
+
+    async with scripted(desynchronising) as server:
+        async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
+            seen = [(await coder.app_request("GET", p, dict))["path"] for p in paths]
+    assert seen == paths  # the second of three GETs gets its own answer
+    assert server.requests == paths
+    assert server.connections == 2  # the poisoned connection was closed; the next one is kept for the third
+
+
+async def test_kept_connections_are_reused():
+    async def answering(reader, writer, server):
+        while target := await server.request(reader):
+            writer.write(answer({"path": target}))
+            await writer.drain()
+
+    async with scripted(answering) as server:
+        async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
+            for path in ("/a", "/b", "/c"):
+                assert (await coder.app_request("GET", path, dict))["path"] == path
+    assert server.connections == 1
+
+
+async def test_coder_requests_succeed_with_1100_descriptors_open():
+    """The HTTP server lifts its descriptor limit and holds ~1,000 connections: the fleet's own sockets to Coder
+    then get descriptors past 1023, which `select.select` cannot watch (the deleted transport's failure)."""
+    if raise_fd_limit() < 1400:
+        pytest.skip("the descriptor limit cannot be raised past 1,400 here")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) >= 1100
+        emulator = Emulator()
+        async with running(emulator) as url, Client(build_server(fleet_settings(coder_url=url))) as client:
+            tools = Tools(client)
+            created = await tools("create_agent", name="many-fds", project="fleet-demo", spec="Work [[hang]]")
+            assert created["agent"]["name"] == "many-fds", created
+            emulator.backend.clock.advance(30)
+            for _ in range(5):  # kept connections are checked for a server's hang-up before each reuse
+                shown = await tools("show_agent", agent_name="many-fds")
+                assert shown["agent"]["status"] == "busy", shown
+                listed = await tools("list_agents")
+                assert [a["name"] for a in listed["agents"]] == ["many-fds"], listed
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+async def test_the_client_goes_through_the_proxy_the_environment_names(monkeypatch):
+    async def proxy(reader, writer, server):
+        while await server.request(reader):
+            writer.write(answer({"version": "v2.27.1"}))
+            await writer.drain()
+
+    async with scripted(proxy) as server:
+        for name in ("NO_PROXY", "no_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", server.url)
+        async with fleet_settings(coder_url="http://coder.invalid", retry_budget_s=0).coder_client() as coder:
+            assert (await coder.buildinfo()).version == "v2.27.1"
+    assert server.requests == ["http://coder.invalid/api/v2/buildinfo"]  # absolute form: a proxy's request
+
+
+async def test_with_coder_gone_calls_fail_fast_and_name_coder_url():
+    """Connection refused is not retried: the whole retry budget (20 s) stays unspent."""
+    settings = fleet_settings(coder_url=f"http://127.0.0.1:{free_port()}", retry_budget_s=20.0)
+    async with Client(build_server(settings)) as client:
+        tools = Tools(client)
+        for tool, arguments in (("wait_for_agents", {"agent_names": ["gone"], "timeout_s": 5}),
+                                ("list_agents", {}), ("show_agent", {"agent_name": "gone"})):
+            started = time.monotonic()
+            error = await tools.error(tool, **arguments)
+            took = time.monotonic() - started
+            assert error["error"] == "unavailable", error
+            assert "CODER_URL" in error["message"] and "connection refused" in error["message"], error
+            assert took < 1.0, f"{tool} took {took:.2f} s"
