@@ -189,7 +189,7 @@ def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answere
     return conflict(f"Agent {name!r}: prompt {prompt_id} was not answered by this call: {became}; {now}. Nothing "
                     "was sent to the agent.", prompt_id=prompt_id,
                     pending=shown.model_dump() if shown else None,
-                    answered={"decision": answered.decision, "by": answered.by, "at": iso(answered.at)}
+                    answered=dict(decision=answered.decision, by=answered.by, at=iso(answered.at))
                     if answered else None)
 
 
