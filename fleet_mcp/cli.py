@@ -40,6 +40,7 @@ settings (environment or .env):
   FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
   FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
   FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
+  FLEET_MCP_LOG_LEVEL            DEBUG, INFO (default), WARNING or ERROR: what the server logs on stderr
 
 exit codes:
   0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
@@ -109,7 +110,13 @@ def _emulator(args: argparse.Namespace) -> int:
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
-    sock = bind(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:  # as the server says it: one line, exit 2
+        from .listener import bind_failure
+
+        print(f"fleet-mcp emulator: {bind_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 2
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     emulator.url = f"http://{url_host}:{port}"
@@ -157,7 +164,8 @@ def _serve(args: argparse.Namespace) -> int:
                                      **overrides)
         else:
             settings = load_settings(**overrides)
-        setup_logs(s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s)
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+                   settings.log_level)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")
@@ -195,7 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
         if sock is not None:
             asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
         else:
-            asyncio.run(serve_stdio(server))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it

@@ -85,8 +85,7 @@ def from_coder(exc: ce.CoderError) -> FleetError:
         return unavailable(f"{who} sent an answer the fleet does not read: {exc.message}.", cause=exc.cause,
                            **({"agent_name": exc.agent} if exc.agent else {}))
     if isinstance(exc, ce.Unavailable) and exc.cause in ("refused", "dns", "tls"):
-        kind: netcause.Kind = exc.cause  # type: ignore[assignment]
-        return unavailable(f"Coder cannot be reached ({exc.message}): {netcause.fix(kind)}", cause=kind)
+        return unavailable(f"Coder cannot be reached ({exc.message}): {netcause.fix(exc.cause)}", cause=exc.cause)
     if isinstance(exc, ce.PathAppsDisabled):
         return unavailable("Path-based apps are disabled on this Coder deployment; the agent can only be "
                            "reached through subdomain apps.")
@@ -152,10 +151,47 @@ class Envelope(Middleware):
 
 def _invalid_arguments(exc: ArgumentsError) -> FleetError:
     cause = exc.__cause__
-    problems = [{"field": ".".join(map(str, e["loc"])) or "arguments", "problem": e["msg"]}
-                for e in cause.errors(include_input=False, include_url=False)] \
-        if isinstance(cause, pydantic.ValidationError) else []
-    fields = ", ".join(p["field"] for p in problems) or "arguments"
+    errors = cause.errors(include_input=False, include_url=False) if isinstance(cause, pydantic.ValidationError) else []
+    said: dict[str, list[str]] = {}  # per parameter: what pydantic said of each shape it may take
+    for e in errors:
+        said.setdefault(_field(e["loc"]), []).append(_problem(e["msg"]))
+    # A list that got as far as its items: what is wrong is the item, not that it is no single value.
+    within = {field.split("[")[0] for field in said if "[" in field}
+    problems = [{"field": field, "problem": _either(texts)} for field, texts in said.items() if field not in within]
+    if not problems:
+        return bad_request("Invalid arguments.", field="arguments", problems=[])
+    sentence = "; ".join(f"{p['field']} {p['problem']}" for p in problems)
     # `field` as the fleet's own checks name it: one rule, checked by the schema or in code, answers alike.
-    return bad_request(f"Invalid arguments: {fields}.", field=problems[0]["field"] if problems else "arguments",
-                       problems=problems)
+    return bad_request(f"Invalid argument{'s' if len(problems) > 1 else ''}: {sentence}.",
+                       field=problems[0]["field"], problems=problems)
+
+
+def _field(loc: tuple) -> str:
+    """The parameter as the caller named it, with list positions: not pydantic's names for a union's shapes
+    (`until.literal['idle',...]`), which no caller wrote."""
+    if not loc:
+        return "arguments"
+    return str(loc[0]) + "".join(f"[{part}]" for part in loc[1:] if isinstance(part, int))
+
+
+_KINDS = {"a valid integer": "a whole number", "a valid number": "a number", "a valid list": "a list",
+          "a valid string": "text", "a valid boolean": "true or false", "a valid dictionary": "an object"}
+_SAID = {"Missing required argument": "is missing", "Field required": "is missing",
+         "Unexpected keyword argument": "is not a parameter of this tool"}
+
+
+def _problem(msg: str) -> str:
+    """Pydantic's words, for a person: 'should be a whole number', not 'Input should be a valid integer, ...'."""
+    if msg.startswith("Input should be "):
+        wanted = msg.removeprefix("Input should be ")
+        kind = wanted.split(",")[0]
+        return "should be " + _KINDS.get(kind, wanted)
+    return _SAID.get(msg, "is invalid: " + msg[:1].lower() + msg[1:])
+
+
+def _either(texts: list[str]) -> str:
+    """One problem of a parameter that may take several shapes: 'should be A, or B'."""
+    unique = list(dict.fromkeys(texts))
+    if len(unique) > 1 and all(t.startswith("should be ") for t in unique):
+        return "should be " + ", or ".join(t.removeprefix("should be ") for t in unique)
+    return "; ".join(unique)

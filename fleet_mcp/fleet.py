@@ -32,9 +32,12 @@ from .rules import (
     SPEC, TASK, iso, paginate,
 )
 from .settings import Settings
-from .status import READY, Snapshot, Status, base_status, fresh_app_status, list_status, live_status, needs_attention
+from .status import (
+    READY, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
+)
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "quietly", "settle", "with_screen_prompt"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "quietly", "reported_task", "settle",
+           "with_screen_prompt"]
 
 T = TypeVar("T")
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
@@ -172,9 +175,9 @@ class Fleet:
         page = await self.client.workspaces(FLEET_QUERY)
         agents = []
         for ws in page.workspaces:
-            fresh = fresh_app_status(ws)
+            task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
             summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
-                                   current_task=fresh.message[:LIST_TASK_CHARS] if fresh and fresh.message else None,
+                                   current_task=task[:LIST_TASK_CHARS] if task else None,
                                    **facts(list_status(ws, self.slugs)))
             if status and summary.status != status:
                 continue
@@ -192,8 +195,7 @@ class Fleet:
             problem = await self._with_reported_errors(ws, problem)
         statuses = await self.statuses(ws)
         current = next((m.content for m in reversed(messages or []) if m.role == "user"), None) if snap.live else None
-        if current is None and statuses and statuses[0].message:
-            current = statuses[0].message
+        current = current or reported_task(ws, self.slugs)
         agent = agent_answer(ws, params, status, current or params.get(TASK) or None, statuses)
         agent.problem = problem
         agent.driver = driver.kind if (driver := driver_for(self.client, ws, self.slugs)) else None  # type: ignore[assignment]
@@ -235,11 +237,12 @@ class Fleet:
     async def history(self, name: str, page: int, page_size: int) -> TaskHistory:
         ws, _ = await self.find(name)
         statuses = await self.statuses(ws)
-        start, end, size, pages = paginate(len(statuses), page, page_size)
         tasks = [Task(message=s.message, uri=s.uri, state=s.state, created_at=iso(s.created_at) or "",
                       needs_user_attention=needs_attention(statuses, i))
-                 for i, s in enumerate(statuses)][start:end]
-        return TaskHistory(tasks=tasks, total_count=len(statuses), page=page, page_size=size, total_pages=pages)
+                 for i, s in enumerate(statuses) if not _ends_same_turn(statuses, i)]
+        start, end, size, pages = paginate(len(tasks), page, page_size)
+        return TaskHistory(tasks=tasks[start:end], total_count=len(tasks), page=page, page_size=size,
+                           total_pages=pages)
 
     async def log(self, name: str, page: int, page_size: int) -> AgentLog:
         snap, messages = await self.snapshot(name, conversation=True)
@@ -251,6 +254,23 @@ class Fleet:
                             truncated=len(m.content) > LOG_MESSAGE_CHARS, time=iso(m.time))
                  for m in newest_first[start:end]]
         return AgentLog(messages=items, total_count=len(newest_first), page=page, page_size=size, total_pages=pages)
+
+
+def reported_task(ws: Workspace, slugs: Slugs) -> str | None:
+    """What the agent last said it works on: its newest `working` report of this build (the runner reports
+    each task's first line as it takes it up; on AgentAPI, Claude Code's own words), not how a turn ended."""
+    app, statuses = app_statuses(ws, slugs)
+    if app is None or not app.statuses:  # a listing without per-app history: its newest report only
+        statuses = [fresh] if (fresh := fresh_app_status(ws)) else []
+    return next((s.message for s in statuses if s.state == "working" and s.message), None)
+
+
+def _ends_same_turn(statuses: list[WorkspaceAppStatus], i: int) -> bool:
+    """An `idle` repeating the `complete` or `failure` just before it: one turn's end, told twice (so the
+    agent's reporter says the agent waits), shown once."""
+    status, older = statuses[i], statuses[i + 1] if i + 1 < len(statuses) else None
+    return (status.state == "idle" and older is not None and older.state in ("complete", "failure")
+            and (status.message, status.uri) == (older.message, older.uri))
 
 
 def last_activity(ws: Workspace) -> datetime | None:

@@ -17,7 +17,7 @@ from .rules import (
     FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_text,
 )
-from .status import Status
+from .status import list_status
 
 __all__ = ["Lifecycle"]
 
@@ -96,7 +96,8 @@ class Lifecycle:
         except ce.Conflict:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
-        agent = agent_answer(ws, values, Status("busy", since=ws.created_at), spec, [])
+        # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
+        agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")
@@ -104,7 +105,8 @@ class Lifecycle:
     def _check_cap(self, count: int) -> None:
         cap = self.settings.max_agents
         if cap and count >= cap:
-            raise conflict(f"The fleet has {count} agents, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
+            agents = "1 agent" if count == 1 else f"{count} agents"
+            raise conflict(f"The fleet has {agents}, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
                            "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
                            "running but still count), then create again.", agents=count, max_agents=cap)
 

@@ -35,13 +35,14 @@ class Redact(logging.Filter):
         return True
 
 
-def setup(secrets: Iterable[str] = ()) -> None:
-    """Log INFO and up to stderr through `Redact` (call once, before serving)."""
+def setup(secrets: Iterable[str] = (), level: str = "INFO") -> None:
+    """Log `level` (FLEET_MCP_LOG_LEVEL) and up to stderr through `Redact` (call once, before serving)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handler.addFilter(Redact(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    root.setLevel(level)
+    logging.getLogger("fastmcp").setLevel(level)  # FastMCP keeps a stderr handler of its own, not the root's
+    for noisy in ("httpx", "httpcore"):  # a line per request: only where DEBUG is asked for
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 __all__ = [
     "Agent", "AgentList", "AgentLog", "AgentStatus", "AgentSummary", "CreatedAgent", "DeletedAgent",
@@ -20,6 +20,8 @@ AgentStatus = Literal[
 StatusSource = Literal["build", "workspace agent", "app status", "driver"]
 LastTurn = Literal["succeeded", "failed", "interrupted"]
 Condition = Literal["idle", "needs_input", "stopped", "failed"]
+# US dollars to a millionth (a hundredth of a cent's hundredth): sums of float prices carry noise beyond that.
+Usd = Annotated[float | None, AfterValidator(lambda v: None if v is None else round(v, 6))]
 
 
 class PendingPrompt(BaseModel):
@@ -76,7 +78,7 @@ class Agent(StatusFacts):
     driver: Literal["runner", "agentapi"] | None = Field(default=None, description="What runs Claude Code in the "
                                                                             "workspace, when known")
     model: str | None = Field(default=None, description="The model the agent was created with (runner)")
-    cost_usd: float | None = Field(default=None, description="What the agent's turns have cost so far (runner)")
+    cost_usd: Usd = Field(default=None, description="What the agent's turns have cost so far (runner)")
     last_activity_at: str | None = Field(default=None, description="When the agent last reported work")
     metadata: Metadata
 
@@ -107,7 +109,8 @@ class AgentList(BaseModel):
 class Task(BaseModel):
     message: str
     uri: str
-    state: str = Field(description="working, complete, failure or idle, as the agent reported")
+    state: str = Field(description="working, complete, failure or idle, as the agent reported; queued or "
+                                   "canceled in the answers of start_agent_task and cancel_agent_task")
     needs_user_attention: bool
     created_at: str
 
@@ -224,8 +227,8 @@ class TurnOutcome(BaseModel):
     pull_request_url: str | None = None
     num_turns: int | None = None
     duration_ms: int | None = None
-    cost_usd: float | None = Field(default=None, description="This turn's cost (runner only)")
-    total_cost_usd: float | None = Field(default=None,
+    cost_usd: Usd = Field(default=None, description="This turn's cost (runner only)")
+    total_cost_usd: Usd = Field(default=None,
                                          description="The agent's cost so far, over all turns (runner only)")
     finished_at: str | None = None
     driver: Literal["runner", "agentapi"]

@@ -55,7 +55,7 @@ def _ignore_late_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-async def serve_stdio(server: FastMCP, grace: float = GRACE_S) -> None:
+async def serve_stdio(server: FastMCP, grace: float = GRACE_S, log_level: str | None = None) -> None:
     """Serve MCP on stdin/stdout (FastMCP's own runner) until stdin ends or a signal stops it, gracefully."""
     from .stdio import StdioGate
 
@@ -64,7 +64,7 @@ async def serve_stdio(server: FastMCP, grace: float = GRACE_S) -> None:
     with _on_signals(loop, lambda sig: gate.stop(f"{signal.Signals(sig).name} received")), gate.installed():
         ender = asyncio.create_task(gate.end_input_when_drained(grace))
         try:
-            await server.run_async(transport="stdio", show_banner=False)
+            await server.run_async(transport="stdio", show_banner=False, log_level=log_level)
         finally:
             ender.cancel()
 
@@ -134,5 +134,5 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                             timeout_keep_alive=max(1, math.ceil(settings.http_idle_timeout_s)),
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
                             access_log=False,  # ours (http.Gate) leaves out query strings
-                            log_config=None, log_level="info")  # uvicorn's logs too go to stderr, our format
+                            log_config=None, log_level=settings.log_level.lower())  # uvicorn's too: stderr, our format
     await Server(config).serve(sockets=[sock])

@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     stateless_http: bool | None = None
     rate_share: float = Field(default=0.5, gt=0, le=1)
     read_only: bool = False
+    # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("coder_url")
     @classmethod
@@ -170,6 +172,11 @@ class Settings(BaseSettings):
             raise ValueError("'*' would turn the Host and Origin checks off; list the host names clients "
                              "use to reach this server (e.g. fleet.example.com,10.0.0.5)")
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_any_case(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("audit_log", mode="before")
     @classmethod

@@ -64,6 +64,9 @@ def base_status(ws: Workspace, slugs: Slugs) -> Status:
         return Status("deleting", since=built_since)
     if build.status == "failed":
         return Status("failed", build.job.error or "The workspace build failed.", since=built_since)
+    if build.status == "pending" and build.build_number > 1 and build.transition in ("stop", "start"):
+        # Queued behind stop_agent or start_agent: already what was asked, as `deleting` is for a delete.
+        return Status("stopping" if build.transition == "stop" else "starting", since=built_since)
     if build.status != "running":
         return Status(build.status or "pending", since=built_since)
     agent, app = agent_and_app(ws, slugs)

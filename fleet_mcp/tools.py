@@ -111,8 +111,9 @@ async def create_agent(
     lifecycle: Lifecycle = Depends(lifecycle_of),
 ) -> CreatedAgent:
     """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
-    workspace is up (a minute or two). The answer's status is `busy`; `workspace_status` tells the build.
-    Refused with `conflict` when the fleet is at its cap."""
+    workspace is up (a minute or two). The answer's status is what list_agents says in that moment:
+    `pending` while its build is queued, then `starting`, then `busy` on its spec; `workspace_status` tells the
+    build. Refused with `conflict` when the fleet is at its cap."""
     return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
                                   model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
 
@@ -179,7 +180,9 @@ async def start_agent_task(
 
 
 async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TaskResult:
-    """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task."""
+    """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task. Tasks
+    queued behind it survive: the next starts at once, and the answer says so. The interrupted turn stays
+    readable in get_agent_result (until another turn ends) and show_agent_task_history."""
     return await turns.cancel(agent_name)
 
 

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 from .coder import errors as ce
 from .drivers import (
-    Answered, Busy, Driver, DriverError, NothingPending, NotSupported, Pending, StalePrompt, TurnResult, Unreachable,
+    Answered, Busy, Driver, DriverError, Live, NothingPending, NotSupported, Pending, StalePrompt, TurnResult,
+    Unreachable,
 )
 from .errors import bad_request, conflict, unavailable
 from .fleet import Fleet, prompt, with_screen_prompt
@@ -50,12 +51,13 @@ class Turns:
         queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
-        said = "queued; it starts when the current turn ends" if queued else "sent"
-        return TaskResult(task=task, agent_status="busy", message=f"Task {said} to agent {name!r}.")
+        said = (f"Task queued for agent {name!r}; it starts when the current turn ends." if queued
+                else f"Task sent to agent {name!r}.")
+        return TaskResult(task=task, agent_status="busy", message=said)
 
     async def cancel(self, name: str) -> TaskResult:
-        ws, driver, live = await self.fleet.ready(name)
-        if live.state not in ("working", "needs_input") and live.can_interrupt:
+        ws, driver, before = await self.fleet.ready(name)
+        if before.state not in ("working", "needs_input") and before.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
         lost: ce.CoderError | None = None
         try:
@@ -69,20 +71,28 @@ class Turns:
         except DriverError:  # the turn ended between our look and the interrupt
             pass
 
-        async def stopped() -> bool | None:
-            return True if (await driver.live()).state not in ("working", "needs_input") else None
+        async def stopped() -> Live | None:
+            live = await driver.live()
+            # A queued task starts as soon as the interrupted turn ends: a turn counted since is that end.
+            ended = live.turns is not None and before.turns is not None and live.turns > before.turns
+            return live if ended or live.state not in ("working", "needs_input") else None
 
         settings = self.fleet.settings
-        settled = await poll_until(stopped, timeout_s=settings.cancel_wait_s, interval_s=settings.poll_interval_s)
-        if not settled and lost is not None:
+        after = await poll_until(stopped, timeout_s=settings.cancel_wait_s, interval_s=settings.poll_interval_s)
+        if after is None and lost is not None:
             raise unavailable(f"The interrupt did not take ({lost.message}): agent {name!r} is still working. "
                               "Try again.")
         statuses = await self.fleet.statuses(await self.fleet.client.workspace(ws.id))
-        last = statuses[0] if statuses else None
-        task = Task(message=(last.message if last and last.message else "Task") + " - canceled",
-                    uri=last.uri if last else "", state="idle", needs_user_attention=False, created_at=_now())
-        message = "Task canceled." if settled else "Interrupt sent; the agent has not stopped yet."
-        return TaskResult(task=task, agent_status="idle" if settled else "busy", message=message)
+        said = next((s for s in statuses if s.state == "working" and s.message), None)
+        interrupted = before.current_task or (said.message if said else "") or "Task"
+        task = Task(message=f"{interrupted} - canceled", uri=said.uri if said else "", state="canceled",
+                    needs_user_attention=False, created_at=_now())
+        message = "Task canceled." if after is not None else "Interrupt sent; the agent has not stopped yet."
+        if driver.kind == "runner":  # only the runner queues: say what became of the queue
+            message += (f" Queued tasks survive a cancel: {_queued(before.queued)} now runs (cancel_agent_task "
+                        "again to stop it too)." if before.queued else " No task was queued.")
+        busy = after is None or after.state in ("working", "needs_input")
+        return TaskResult(task=task, agent_status="busy" if busy else "idle", message=message)
 
     async def answer(self, name: str, decision: str, message: str = "", prompt_id: str = "") -> AnswerResult:
         """Answer prompt `prompt_id`, and only it: a prompt answered or gone meanwhile is a `conflict` saying what
@@ -191,6 +201,10 @@ def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answere
                     pending=shown.model_dump() if shown else None,
                     answered=dict(decision=answered.decision, by=answered.by, at=iso(answered.at))
                     if answered else None)
+
+
+def _queued(count: int) -> str:
+    return "the queued task" if count == 1 else f"the first of the {count} queued tasks"
 
 
 def _now() -> str:

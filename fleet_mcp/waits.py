@@ -14,10 +14,10 @@ from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found
-from .fleet import Fleet, prompt, quietly, settle, with_screen_prompt
+from .fleet import Fleet, prompt, quietly, reported_task, settle, with_screen_prompt
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
 from .rules import FLEET_QUERY, NAME_RE, iso
-from .status import Snapshot, Status, fresh_app_status, list_status, live_status
+from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
 
@@ -87,6 +87,7 @@ class Waits:
         if missing:
             raise not_found(f"No agent named {missing[0]!r}.", agent_names=missing)
         wanted, last_said = set(until), float("-inf")
+        deadline = started + timeout_s
         while True:
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
@@ -98,13 +99,16 @@ class Waits:
                 return self._answer(agents, met, not done, waited, until, mode)
             if loop.time() - last_said >= settings.progress_interval_s:
                 last_said = loop.time()
-                await progress(waited, timeout_s, f"{len(met)} of {len(agents)} agents reached "
-                               f"{'/'.join(until)}; waiting")
+                await progress(len(met), len(agents), f"{len(met)} of {len(agents)} {_agents(len(agents))} "
+                               f"reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)")
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
-            # next listing asked at most one interval after it.
-            next_poll = self.listing.asked_at + interval - loop.time()
-            await asyncio.sleep(max(0.0, min(next_poll, timeout_s - (loop.time() - started))))
-            if self.meter.free_in() > max(0.0, timeout_s - (loop.time() - started)):
+            # next listing asked at most one interval after it. Progress keeps its own beat in between.
+            next_poll = self.listing.asked_at + interval
+            await asyncio.sleep(max(0.0, min(next_poll, last_said + settings.progress_interval_s, deadline)
+                                    - loop.time()))
+            if loop.time() < min(next_poll, deadline):
+                continue  # woken to say progress: the listing is still young
+            if self.meter.free_in() > max(0.0, deadline - loop.time()):
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval)
@@ -152,8 +156,7 @@ class Waits:
             error = not_found(f"No agent named {name!r}.", agent_name=name)
             return AgentGlance(name=name, error={"error": error.error, "message": error.message,
                                                  "details": error.details})
-        fresh = fresh_app_status(ws)
-        task = fresh.message if fresh and fresh.message else None
+        task = reported_task(ws, self.fleet.slugs)
         driver = await self.fleet.keyed_driver(ws)
         self.fleet.remember(ws.name, driver)
         if driver is None:
@@ -185,6 +188,10 @@ class Waits:
             return None, None, await driver.conversation()
         except Unreachable as exc:
             return None, str(exc), None
+
+
+def _agents(count: int) -> str:
+    return "agent" if count == 1 else "agents"
 
 
 def _preview(messages: list[Message] | None) -> str | None:

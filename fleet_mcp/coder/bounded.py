@@ -30,7 +30,7 @@ LIMITS: dict[Limit, int] = {
     "events": 1 * MiB,  # what an agent's event stream replays before it goes live
     "record": 8 * MiB,  # one workspace, build, template or version; a template's parameters, presets, resources
     "conversation": 16 * MiB,  # an agent's whole conversation, or its turns' results
-    "listing": 128 * MiB,  # the fleet's workspaces (a real workspace is ~47 KB), a workspace's builds
+    "listing": 256 * MiB,  # the fleet's workspaces (a real one: ~40 KB, up to 220 KB with a long history), builds
 }
 ERROR_BODY = 64 * 1024  # of an error answer, only this much is read: enough for any message Coder writes
 STEP = 64 * 1024  # most bytes inflated at once

@@ -59,8 +59,10 @@ _RETRY_STATUSES = frozenset({500, 502, 503, 504})
 # not Coder, and a second try a moment later only spends the caller's time.
 _TRANSIENT_CAUSES = frozenset({"timeout", "dropped", "garbled"})
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
-# The pool of kept connections, as httpx's defaults; a request waits at most POOL_WAIT_S for a free one.
-_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+# At most 100 connections, every one kept for 5 s after its answer: a show_agents of 20 agents sends 40 requests
+# at once, and a pool keeping only httpx's default 20 would open (and, over TLS, handshake) 20 anew each call.
+# A request waits at most POOL_WAIT_S for a free connection.
+_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=5.0)
 _POOL_WAIT_S = 10.0
 
 

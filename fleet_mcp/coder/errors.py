@@ -12,18 +12,22 @@ import html
 import json
 import re
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from .netcause import Kind
+
 __all__ = [
-    "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "CoderError",
+    "AppNotFound", "AppProxyError", "AppUnavailable", "BadRequest", "Cause", "CoderError",
     "Conflict", "Forbidden", "Gone", "NotFound", "Oversized", "PathAppsDisabled", "RateLimited",
     "ServerError", "Unauthorized", "Unavailable", "Validation", "WorkspaceOffline",
     "error_from_response", "redact",
 ]
 
 _REDACTED = "[REDACTED]"
+Cause = Kind | Literal["garbled", "oversized"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class Unavailable(CoderError):
         detail: str = "",
         validations: list[Validation] | tuple[Validation, ...] = (),
         *,
-        cause: str | None = None,
+        cause: Cause | None = None,
     ) -> None:
         super().__init__(status, message, detail, validations)
         self.cause = cause

@@ -47,6 +47,11 @@ class Clock:
     def at(self, elapsed: float) -> datetime:
         return self._start + timedelta(seconds=elapsed)
 
+    def backdate(self, seconds: float) -> None:
+        """Start the clock `seconds` earlier: what a seed builds then settles, ending at the time it started
+        (on real time: wall time, not `seconds` ahead of it)."""
+        self._start -= timedelta(seconds=seconds)
+
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (self.elapsed() + max(delay, 0.0), next(self._seq), fn))
 

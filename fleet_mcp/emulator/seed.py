@@ -7,12 +7,15 @@ from .state import Organization, ParameterSpec, Preset, Template, TemplateVersio
 
 __all__ = ["ROLE_PROMPTS", "add_template", "bulk_fleet", "fleet_app", "fleet_parameters", "seed_demo", "seed_empty"]
 
+SETTLE_S = 30  # long enough for every seeded workspace to be built and its agent up
+
 ROLES = {
     "coder": ("Software Engineer", "Writes code, implements features, fixes bugs"),
     "operator": ("Operations Engineer", "Manages deployments, monitors systems, handles incidents"),
     "manager": ("Engineering Manager", "Coordinates work, reviews specs, verifies agent alignment"),
 }
-ROLE_PROMPTS = {role: f"You are a {title}. {what}." for role, (title, what) in ROLES.items()}
+ROLE_PROMPTS = {role: f"You are {'an' if title[0] in 'AEIOU' else 'a'} {title}. {what}."
+                for role, (title, what) in ROLES.items()}
 
 
 def fleet_parameters(runner: bool = False) -> list[ParameterSpec]:
@@ -90,6 +93,8 @@ def seed_demo(b: Backend, token: str, *, settle: bool = True, runtime: str = "ag
     with a fleet agent of her own. With `runtime="runner"` the fleet templates'
     agents declare the runner's app `fleet` (not AgentAPI's `ccw`) and its
     optional model and budget parameters."""
+    if settle:
+        b.clock.backdate(SETTLE_S)  # the seed's history lies in the past: once settled, the clock reads now
     demo = seed_empty(b, token)
     alice = add_user(b, "alice", f"{token}-alice", [])
     role_presets = {role: {"fleet_mcp_role": role} for role in ROLES}
@@ -110,7 +115,7 @@ def seed_demo(b: Backend, token: str, *, settle: bool = True, runtime: str = "ag
         {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": "fleet-demo"},
         {"name": "fleet_mcp_agent_spec", "value": "Alice's own agent"}]})
     if settle:
-        b.clock.advance(30)
+        b.clock.advance(SETTLE_S)
 
 
 def bulk_fleet(b: Backend, count: int, *, template: str = "fleet-demo", owner: str = "demo",

@@ -227,12 +227,8 @@ class Fleet:
         return entry(answer)
 
     async def finished(self, name: str) -> dict:
-        """Poll agent `name`'s task history until its turn completed and AgentAPI went stable (`idle`)."""
-        def done(answer: dict) -> bool:
-            states = [t["state"] for t in answer.get("tasks", [])]
-            return states[:1] == ["idle"] and "complete" in states
-
-        return await self.until(done, "show_agent_task_history", agent_name=name, page_size=100)
+        """Poll list_agents until agent `name`'s turn is over (`idle`, with how it ended)."""
+        return await self.listed(name, lambda entry: entry["status"] == "idle" and entry["last_turn"] is not None)
 
 
 @pytest.fixture

@@ -60,11 +60,12 @@ async def test_list_agent_roles(fleet, project):
 
 @contract
 async def test_create_agent(fleet, project):
-    """A new agent answers `busy` with its spec as task; a taken name or unknown role is `bad_request`."""
+    """A new agent answers `pending` (its build is queued) with its spec as task; a taken name or unknown role
+    is `bad_request`."""
     created = await fleet("create_agent", name="ct-create", project=project, role="operator", spec=QUICK)
     agent = created["agent"]
     assert (agent["name"], agent["status"], agent["role"], agent["project"]) == (
-        "ct-create", "busy", "operator", project)
+        "ct-create", "pending", "operator", project)
     assert agent["spec"] == agent["current_task"] == QUICK and agent["workspace_id"]
     assert agent["created_at"].endswith("Z") and "ct-create" in created["message"]
     assert agent["metadata"]["fleet_mcp_agent_name"] == "ct-create"
@@ -109,13 +110,13 @@ async def test_show_agent(fleet, project):
 
 @contract
 async def test_show_agent_task_history(fleet, project):
-    """History runs working ... complete, idle (newest first), pages; page 0 is `bad_request`."""
+    """History runs working ... complete (newest first; one entry per turn end), pages; page 0 is `bad_request`."""
     await fleet("create_agent", name="ct-history", project=project, spec=QUICK)
     await fleet.finished("ct-history")
     history = await fleet("show_agent_task_history", agent_name="ct-history")
     tasks = history["tasks"]
     states = [t["state"] for t in tasks]  # newest first
-    assert states[0] == "idle" and "complete" in states and states[-1] == "working"
+    assert states[0] == "complete" and "idle" not in states and states[-1] == "working"
     assert history["total_count"] == len(tasks) and history["page"] == 1
     assert all(t["created_at"].endswith("Z") and not t["needs_user_attention"] for t in tasks)
     second = await fleet("show_agent_task_history", agent_name="ct-history", page=2, page_size=1)
@@ -165,7 +166,7 @@ async def test_cancel_agent_task(fleet, project):
     await fleet.listed("ct-cancel", lambda entry: entry["status"] == "busy")
     cancelled = await fleet("cancel_agent_task", agent_name="ct-cancel")
     assert cancelled["agent_status"] == "idle"
-    assert cancelled["task"]["state"] == "idle" and cancelled["task"]["message"].endswith(" - canceled")
+    assert cancelled["task"]["state"] == "canceled" and cancelled["task"]["message"].endswith(" - canceled")
     again = await fleet.error("cancel_agent_task", agent_name="ct-cancel")
     assert again["error"] == "bad_request" and "no running task" in again["message"]
     await fleet("delete_agent", agent_name="ct-cancel")

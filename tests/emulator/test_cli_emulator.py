@@ -90,3 +90,21 @@ def test_runner_runtime_without_the_sdk_is_refused_in_one_line():
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--agent-runtime", "runner"],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "claude-agent-sdk" in done.stderr
+
+
+def test_a_taken_port_is_one_line_and_exit_2(tmp_path):
+    import socket
+
+    from processes import SERVER, WAIT_S, clean_env
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*SERVER, "emulator", "--port", str(port)], env=clean_env(), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""  # no CODER_URL for an emulator that is not serving
+    assert done.stderr.strip().splitlines() == [
+        f"fleet-mcp emulator: cannot listen on 127.0.0.1:{port}: port {port} is already in use: stop the other "
+        f"server (`ss -ltnp 'sport = :{port}'` shows it) or pick another --port"]

@@ -79,3 +79,34 @@ async def test_time_can_pass_per_request(coder):
     await coder.get("/api/v2/users/me")
     after = (await coder.get("/emulator/clock")).json()
     assert after["per_request"] == 2 and after["elapsed"] == before + 4
+
+
+
+async def test_a_real_time_emulator_reads_wall_time_after_its_seed_and_every_reset():
+    from datetime import UTC, datetime
+
+    import httpx
+
+    from fleet_mcp.emulator import REAL_TIME, Emulator
+
+    def when(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    emulator = Emulator(virtual=False, timings=REAL_TIME)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=emulator.app), base_url="http://coder.test",
+                                 headers={"Coder-Session-Token": emulator.token}) as coder:
+        for _ in range(2):  # the seed's settling is history: neither it nor a reset moves the clock ahead
+            now = when((await coder.get("/emulator/clock")).json()["now"])
+            assert abs((now - datetime.now(UTC)).total_seconds()) < 2
+            hand_made = (await coder.get("/api/v2/users/demo/workspace/hand-made")).json()
+            assert hand_made["latest_build"]["status"] == "running"  # settled all the same
+            assert when(hand_made["created_at"]) < when(hand_made["latest_build"]["updated_at"]) <= now
+            await coder.post("/emulator/reset", json={"seed": "demo"})
+
+
+def test_role_prompts_read_as_english():
+    from fleet_mcp.emulator.seed import ROLE_PROMPTS
+
+    assert ROLE_PROMPTS["manager"].startswith("You are an Engineering Manager.")
+    assert ROLE_PROMPTS["operator"].startswith("You are an Operations Engineer.")
+    assert ROLE_PROMPTS["coder"].startswith("You are a Software Engineer.")

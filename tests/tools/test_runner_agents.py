@@ -51,7 +51,7 @@ async def test_a_runner_agent_through_its_turns(conformance):
     async with runner_fleet(conformance) as (tools, coder):
         made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                            model="haiku")
-        assert made["agent"]["status"] == "busy"
+        assert made["agent"]["status"] == "pending"
         waited = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
         assert waited["met"] == ["sdk-one"] and waited["agents"][0]["last_turn"] == "succeeded"
         assert (await disk(coder, "sdk-one") / "step-1.txt").is_file()  # Claude Code really wrote it
@@ -63,7 +63,7 @@ async def test_a_runner_agent_through_its_turns(conformance):
         listed = (await tools("list_agents"))["agents"][0]
         assert (listed["status"], listed["last_turn"]) == ("idle", "succeeded")
         states = [t["state"] for t in (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]]
-        assert states[:2] == ["idle", "complete"] and "working" in states
+        assert states == ["complete", "working"]  # one entry per turn end
         log = (await tools("show_agent_log", agent_name="sdk-one"))["messages"]
         assert {"user", "assistant", "tool_use"} <= {m["role"] for m in log}
         result = await tools("get_agent_result", agent_name="sdk-one")
@@ -77,16 +77,32 @@ async def test_a_runner_agent_through_its_turns(conformance):
         assert sent["agent_status"] == "busy"
         busy = await tools.error("start_agent_task", agent_name="sdk-one", task_description="Then this")
         assert busy["error"] == "conflict"
-        queued = await tools("start_agent_task", agent_name="sdk-one", task_description="Then this [[pr]]",
+        queued = await tools("start_agent_task", agent_name="sdk-one", task_description="Then this [[permission]] [[pr]]",
                              if_busy="queue")
         assert queued["task"]["state"] == "queued" and "queued" in queued["message"]
+        listed = (await tools("list_agents"))["agents"][0]
+        assert listed["current_task"] == "Keep going [[hang]]"  # the task, not the agent's latest report
         cancelled = await tools("cancel_agent_task", agent_name="sdk-one")
-        assert cancelled["message"] == "Task canceled."
+        # The interrupted turn is what was canceled; the queued task survives and runs now.
+        assert cancelled["task"]["message"] == "Keep going [[hang]] - canceled"
+        assert cancelled["task"]["state"] == "canceled" and cancelled["agent_status"] == "busy"
+        assert cancelled["message"] == ("Task canceled. Queued tasks survive a cancel: the queued task now runs "
+                                        "(cancel_agent_task again to stop it too).")
+        stopped = await tools("get_agent_result", agent_name="sdk-one")
+        assert (stopped["task"], stopped["outcome"]) == ("Keep going [[hang]]", "interrupted")
+        asking = await tools("wait_for_agents", agent_names=["sdk-one"], until="needs_input", **WAIT)
+        assert asking["met"] == ["sdk-one"]  # the queued task runs, and asks
+        await tools("answer_agent", agent_name="sdk-one", decision="allow")
         after = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)  # the queued task ran
         assert after["agents"][0]["last_turn"] == "succeeded"
         last = await tools("get_agent_result", agent_name="sdk-one")
-        assert last["task"] == "Then this [[pr]]" and "/pull/" in last["pull_request_url"]
+        assert last["task"] == "Then this [[permission]] [[pr]]" and "/pull/" in last["pull_request_url"]
         assert last["total_cost_usd"] > result["total_cost_usd"]  # cost sums over the turns
+        assert last["total_cost_usd"] == round(last["total_cost_usd"], 6)  # to a millionth: no float noise
+        history = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]
+        assert "Interrupted: Keep going [[hang]]" in [t["message"] for t in history]  # the canceled turn stays
+        ends = [(t["state"], t["message"]) for t in history if t["state"] != "working"]
+        assert len(ends) == len(set(ends)), ends  # one entry per turn end, not complete + idle
 
         interrupting = await tools("start_agent_task", agent_name="sdk-one", task_description="Long [[hang]]")
         assert interrupting["agent_status"] == "busy"

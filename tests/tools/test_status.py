@@ -42,7 +42,9 @@ HEALTHY: dict[str, Any] = {}
 
 
 @pytest.mark.parametrize(("ws", "expected"), [
-    (workspace("pending"), ("pending", None)),
+    (workspace("pending", number=1), ("pending", None)),  # a new agent's first build, queued
+    (workspace("pending"), ("starting", None)),  # start_agent's build, queued
+    (workspace("pending", "stop"), ("stopping", None)),  # stop_agent's build, queued
     (workspace("starting"), ("starting", None)),
     (workspace("stopped", "stop"), ("stopped", None)),
     (workspace("deleting", "delete"), ("deleting", None)),

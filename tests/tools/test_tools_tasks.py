@@ -23,11 +23,11 @@ async def test_first_turn_runs_the_spec_then_idles(tools, emulator):
     emulator.advance(30)
     agent = (await tools("show_agent", agent_name="worker"))["agent"]
     assert agent["status"] == "idle" and agent["problem"] is None
-    assert agent["current_task"]  # the last summary the agent reported
+    assert agent["current_task"] == "Making changes: Write the parser"  # what it last said it works on
     listed = (await tools("list_agents"))["agents"][0]
     assert listed["status"] == "idle" and listed["current_task"] == agent["current_task"]
     tasks = (await tools("show_agent_task_history", agent_name="worker"))["tasks"]
-    assert [t["state"] for t in tasks][:2] == ["idle", "complete"]
+    assert [t["state"] for t in tasks][:2] == ["complete", "working"]  # one entry per turn end
     assert tasks[-1]["state"] == "working"
     assert not any(t["needs_user_attention"] for t in tasks)
     assert all(t["created_at"].endswith("Z") for t in tasks)
