@@ -92,7 +92,8 @@ async def test_a_runner_agent_through_its_turns(conformance):
         assert (stopped["task"], stopped["outcome"]) == ("Keep going [[hang]]", "interrupted")
         asking = await tools("wait_for_agents", agent_names=["sdk-one"], until="needs_input", **WAIT)
         assert asking["met"] == ["sdk-one"]  # the queued task runs, and asks
-        await tools("answer_agent", agent_name="sdk-one", decision="allow")
+        await tools("answer_agent", agent_name="sdk-one", prompt_id=asking["agents"][0]["pending"]["prompt_id"],
+                    decision="allow")
         after = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)  # the queued task ran
         assert after["agents"][0]["last_turn"] == "succeeded"
         last = await tools("get_agent_result", agent_name="sdk-one")
