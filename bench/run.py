@@ -5,6 +5,7 @@
     python bench/run.py --json           # one JSON object on one line
     python bench/run.py --quick          # fleet sizes 10 and 100, few runs (the test, CI)
     python bench/run.py --latency-ms 20 --round-trip-latency-ms 100 --sizes 10,100 --runs 5
+    python bench/run.py --changes        # only the runner's change summary on a 10,000-file repository
 
 A `fleet-mcp emulator` process (real time) is the truth; `bench/standin.py` stands between it and
 the fleet server: it records the emulator's answers to the calls a phase makes, then serves them
@@ -28,6 +29,9 @@ same way. The bench process imports neither fleet_mcp nor the emulator. Figures 
   wait_seen_after_s and wait_answer_delay_s (wait_for_agents over 100 agents; the last two: how long after
   one agent stops, in the stand-in's answers, a poll reads it and the wait answers, worst of three moments
   in a poll interval; the answer follows its poll by one listing's round trip), show_agents_20_latencies.
+- Issue 24: change_summary_ms, the runner's summary of a task's changes after a turn (its end point and
+  the task's and the agent's summaries) in a repository of 10,000 files with 100 changed: git's own speed,
+  measured by bench/changes.py in a process of its own (median of the runs; change_start_ms: the start point).
 - standin_cost_ms (one answer's round trip at no latency, raw socket client) and
   standin_latency_error_ms (how much longer than the latency it held a request): the instrument's cost.
 """
@@ -52,6 +56,7 @@ from coder import coder
 from measures import Bench
 
 PHASE_TIMEOUT_S = 300.0
+CHANGES = Path(__file__).resolve().parent / "changes.py"
 
 # (figure, limit, unit, where the target comes from); a figure of None (tool not there yet) is n/a.
 TARGETS = [
@@ -65,6 +70,7 @@ TARGETS = [
     ("wait_first_progress_s", 10, "s", "issue 13"),
     ("wait_seen_after_s", 2.0, "s (one poll interval)", "issue 13"),
     ("show_agents_20_latencies", 3.0, "x latency", "issue 13"),
+    ("change_summary_ms", 300, "ms", "issue 24"),
 ]
 NEEDS = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
          "wait_seen_after_s": "wait_for_agents",
@@ -85,7 +91,8 @@ async def measure(args: argparse.Namespace) -> dict:
         result: dict = {"latency_ms": args.latency_ms, "round_trip_latency_ms": args.round_trip_latency_ms}
         phases = {"calls": lambda: bench.calls(calls, runs), "cold_starts": lambda: bench.cold_starts(cold_runs),
                   "server_cpu": lambda: bench.server_cpu(cpu_calls), "bare_calls": lambda: bench.bare_calls(calls),
-                  "list_sizes": lambda: bench.list_sizes(sizes, runs), "issue_13": lambda: bench.issue_13(runs)}
+                  "list_sizes": lambda: bench.list_sizes(sizes, runs), "issue_13": lambda: bench.issue_13(runs),
+                  "changes": lambda: changes(runs)}
         result["phase_s"] = {}
         for name, phase in phases.items():
             t0 = time.perf_counter()
@@ -100,14 +107,28 @@ async def measure(args: argparse.Namespace) -> dict:
     return result
 
 
+async def changes(runs: int) -> dict:
+    """bench/changes.py's figures (a process of its own: this one imports no fleet_mcp)."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(CHANGES), "--runs", str(runs),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench/changes.py failed: {(out + err).decode(errors='replace')[-2000:]}")
+    return json.loads(out)
+
+
 def targets(r: dict) -> dict:
     out = {}
     for name, limit, unit, source in TARGETS:
+        if name not in r:  # a phase not run (--changes runs one)
+            continue
         value = r.get(name)
-        missing = NEEDS.get(name) in r["tools_missing"]
+        missing = NEEDS.get(name) in r.get("tools_missing", [])
         out[name] = {"value": value, "target": f"<= {limit:g} {unit}", "source": source,
                      "pass": None if missing else value is not None and value <= limit}
-    lists = r["list_agents"]
+    lists = r.get("list_agents")
+    if lists is None:
+        return out
     requests = [v["coder_requests"] for v in lists.values()]
     flat = len(set(requests)) == 1 and not any(v["coder_requests_varied"] for v in lists.values())
     out["list_agents_requests"] = {"value": max(requests), "target": f"flat in fleet size, <= {MAX_LIST_REQUESTS}",
@@ -128,6 +149,18 @@ def machine() -> dict:
         mem_kb = next((int(line.split()[1]) for line in f if line.startswith("MemTotal:")), 0)
     return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_kb / 2**20, 1),
             "python": platform.python_version(), "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def changes_row(r: dict, row) -> tuple[str, str, str, str]:
+    return row(f"runner change summary, {r['change_repo_files']:,} files, {r['change_changed']} changed",
+               f"{r['change_summary_ms']} ms (max {r['change_summary_max_ms']}); start point "
+               f"{r['change_start_ms']} ms", "change_summary_ms")
+
+
+def changes_table(r: dict) -> str:
+    t = r["targets"]["change_summary_ms"]
+    verdict = {True: "PASS", False: "MISS"}[t["pass"]]
+    return "  ".join(changes_row(r, lambda label, value, name: (label, value, t["target"], verdict)))
 
 
 def table(r: dict) -> str:
@@ -185,6 +218,7 @@ def table(r: dict) -> str:
                + ")")),
         row("show_agents, 20 agents, wall / latency", na(r["show_agents_20_latencies"], "{}x"),
             "show_agents_20_latencies"),
+        changes_row(r, row),
     ]
     header = ("measure", "value", "target", "")
     widths = [max(len(x[i]) for x in [*rows, header]) for i in range(3)]
@@ -213,11 +247,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                         help="fleet sizes for list_agents, e.g. 10,100,1000")
     parser.add_argument("--runs", type=int, help="runs per measure (default 10 cold starts, 7 otherwise; quick 2/3)")
+    parser.add_argument("--changes", action="store_true", help="only the runner's change summary (issue 24)")
     args = parser.parse_args(argv)
     if args.latency_ms <= 0 or args.round_trip_latency_ms <= 0 or (
             args.sizes is not None and (not args.sizes or min(args.sizes) < 1)) or (args.runs is not None and
                                                                                     args.runs < 1):
         parser.error("--latency-ms and --round-trip-latency-ms must be > 0, --sizes and --runs positive integers")
+    if args.changes:
+        result = asyncio.run(changes(args.runs or 7))
+        result["targets"] = targets(result)
+        print(json.dumps(result, separators=(",", ":")) if args.json else changes_table(result), flush=True)
+        return 0
     result = asyncio.run(measure(args))
     print(json.dumps(result, separators=(",", ":")) if args.json else table(result), flush=True)
     return 0

@@ -4,27 +4,31 @@ Each line holds `time` (ISO UTC, `Z`), `user` (the caller's Coder username in
 per-user mode, else the server's user when known, else null), `tool`, `arguments` (strings over 200
 characters cut, with a marker saying how much), `duration_ms`, `outcome`
 (`ok` | `error`) and `error` (the envelope's error code, or null). Secrets
-never reach the file: any argument text holding the Coder session token or the
-HTTP auth token is redacted before it is cut.
+never reach the file: argument text holding the Coder session token, the HTTP
+auth token or (per-user mode) the token the caller sent, or any signed-in
+user's, is redacted (`redaction.redact`, any case) before it is cut. Every record is one line for
+any reader: line and paragraph separators (U+2028, U+2029, U+0085) and lone
+surrogates are written as JSON escapes, never raw.
 
-The file is opened once per server run (the lifespan enters `opened()`),
-appended to with one `write(2)` per line under one lock, reopened when it has
-been moved or removed (rotation), and closed on shutdown. Writing never
-changes a call's outcome; failures are reported on stderr, once a minute at most.
+The file is opened once per server run (the lifespan enters `opened()`) by the
+standard library's `WatchedFileHandler`, which reopens it when it has been
+moved or removed (rotation); one line is one `write(2)`, so lines stay whole
+even from two processes. Writing never changes a call's outcome; failures are
+reported on stderr, once a minute at most.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from datetime import UTC, datetime
+from io import TextIOWrapper
+from logging.handlers import WatchedFileHandler
 from pathlib import Path
 from typing import Any
 
@@ -32,31 +36,28 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from pydantic import SecretStr
 
+from .front import sent_token
+from .redaction import REDACTED, redact
 from .users import caller
 
-__all__ = ["MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open", "cut"]
+__all__ = ["MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open", "cut", "line_of"]
 
 MAX_TEXT = 200
 REPORT_EVERY_S = 60.0
-REDACTED = "[redacted]"
 log = logging.getLogger("fleet_mcp")
+# What a reader may take for the end of a line inside a JSON string that json.dumps(ensure_ascii=False) leaves raw
+# (it escapes every control character below U+0020), and lone surrogates, which UTF-8 cannot encode.
+_RAW_BREAKS = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
 
 
-def cut(value: Any, secrets: Iterable[str] | re.Pattern[str] | None = ()) -> Any:
-    """`value` with secrets redacted and every string longer than MAX_TEXT cut, at any depth.
-
-    `secrets`: texts to redact (any case), or one compiled pattern matching them.
-    """
-    if secrets is not None and not isinstance(secrets, re.Pattern):
-        texts = [s for s in secrets if s]
-        secrets = re.compile("|".join(map(re.escape, texts)), re.IGNORECASE) if texts else None
-    return _cut(value, secrets)
+def cut(value: Any, secrets: Iterable[str | None] = ()) -> Any:
+    """`value` with secrets redacted (any case) and every string longer than MAX_TEXT cut, at any depth."""
+    return _cut(value, tuple(s for s in secrets if s))
 
 
-def _cut(value: Any, secrets: re.Pattern[str] | None) -> Any:
+def _cut(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str):
-        if secrets is not None:
-            value = secrets.sub(REDACTED, value)
+        value = redact(value, *secrets)
         if len(value) > MAX_TEXT:
             return f"{value[:MAX_TEXT]}…(+{len(value) - MAX_TEXT} chars)"
         return value
@@ -67,6 +68,12 @@ def _cut(value: Any, secrets: re.Pattern[str] | None) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     return _cut(str(value), secrets)
+
+
+def line_of(record: dict[str, Any]) -> str:
+    """`record` as one line of JSON (UTF-8 text kept readable) that no reader splits, with no newline."""
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return _RAW_BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def cannot_open(path: Path) -> str | None:
@@ -90,6 +97,35 @@ def _error_code(text: str) -> str | None:
     return code if isinstance(code, str) else None
 
 
+class _File(WatchedFileHandler):
+    """`WatchedFileHandler` opening the log owner-only (0600), its folder made if need be.
+
+    It learns the file's identity on every open (the library does so only on its own reopens, so after a
+    failed one it would reopen at every line), and lets a failure through to `AuditLog.write` instead of
+    printing a traceback per line.
+    """
+
+    def _open(self) -> TextIOWrapper:
+        path = Path(self.baseFilename)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stream = open(path, "a", encoding="utf-8", opener=lambda p, flags: os.open(p, flags, 0o600))
+        held = os.fstat(stream.fileno())
+        self.dev, self.ino = held.st_dev, held.st_ino
+        return stream
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        raise  # called by emit() while handling the failure: on to AuditLog.write
+
+    def drop(self) -> None:
+        """Close the stream after a failure: a line a failed flush left in its buffer is not repeated later;
+        the next line opens the file afresh."""
+        with self.lock or nullcontext():
+            if self.stream is not None:
+                with suppress(OSError, ValueError):
+                    self.stream.close()
+                self.stream = None  # type: ignore[assignment]  # the library's own "not open yet"
+
+
 class AuditLog(Middleware):
     """FastMCP middleware writing one line per `tools/call` to `path`.
 
@@ -105,69 +141,42 @@ class AuditLog(Middleware):
         self.user = user
         revealed = (s.get_secret_value() if isinstance(s, SecretStr) else s for s in secrets if s is not None)
         self._secrets = tuple(s for s in revealed if s)
-        # Case-insensitive: an upper-cased copy of a token is still the token.
-        self._scrub = re.compile("|".join(map(re.escape, self._secrets)), re.IGNORECASE) if self._secrets else None
-        self._lock = threading.Lock()
-        self._fd: int | None = None
-        self._open = False
+        self._file: _File | None = None
         self._lost = 0
         self._reported_at = -REPORT_EVERY_S
 
     @property
     def is_open(self) -> bool:
         """Whether a server run holds the log open (between entering and leaving `opened()`)."""
-        return self._open
+        return self._file is not None
 
     @contextmanager
     def opened(self) -> Iterator[None]:
         """Hold the file open for one server run (the lifespan enters this)."""
-        with self._lock:
-            self._open = True
-            try:
-                self._reopen()
-            except OSError as exc:
-                self._failed(exc.strerror or str(exc))
+        self._file = _File(self.path, delay=True)
+        self._file.setFormatter(logging.Formatter("%(message)s"))
         try:
+            try:
+                self._file.stream = self._file._open()
+            except OSError as exc:
+                self._failed(exc.strerror or str(exc))  # the first line tries again
             yield
         finally:
-            with self._lock:
-                self._open = False
-                self._close()
-
-    def _close(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
-
-    def _reopen(self) -> None:
-        self._close()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-
-    def _moved(self) -> bool:
-        assert self._fd is not None
-        try:
-            at_path = os.stat(self.path)
-        except OSError:
-            return True
-        held = os.fstat(self._fd)
-        return (at_path.st_dev, at_path.st_ino) != (held.st_dev, held.st_ino)
+            file, self._file = self._file, None
+            with suppress(OSError):  # a buffered line that cannot be written was counted when it failed
+                file.close()
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one line; never raises (a failure is counted and reported, rate-limited)."""
-        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-        with self._lock:
-            if not self._open:
-                self._failed("the log is not open")
-                return
-            try:
-                if self._fd is None or self._moved():
-                    self._reopen()
-                assert self._fd is not None
-                os.write(self._fd, line)  # O_APPEND, one write per line: whole lines, even from two processes
-            except OSError as exc:
-                self._failed(exc.strerror or str(exc))
+        file = self._file
+        if file is None:
+            self._failed("the log is not open")
+            return
+        try:
+            file.handle(logging.makeLogRecord({"msg": line_of(record)}))
+        except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
+            file.drop()
+            self._failed(getattr(exc, "strerror", None) or str(exc))
 
     def _failed(self, why: str) -> None:
         self._lost += 1
@@ -177,9 +186,10 @@ class AuditLog(Middleware):
                         "(reported at most once a minute)", self.path, why, self._lost)
             self._reported_at = now
 
-    def scrub(self, value: Any) -> Any:
-        """`value` with the secrets redacted (any case) and long texts cut, at any depth."""
-        return cut(value, self._scrub)
+    def scrub(self, value: Any, also: Iterable[str] = ()) -> Any:
+        """`value` with the secrets redacted (any case) and long texts cut, at any depth: the server's
+        secrets, the token the current HTTP request carries, and `also`."""
+        return cut(value, (*self._secrets, sent_token(), *also))
 
     async def on_call_tool(self, context: MiddlewareContext, call_next):
         started = datetime.now(UTC)
@@ -197,11 +207,15 @@ class AuditLog(Middleware):
             error = _error_code(str(exc))
             raise
         finally:
+            # Per-user mode: every signed-in caller's token, so one pasted by someone else is redacted too.
+            users = context.fastmcp_context.lifespan_context.get("users") if context.fastmcp_context else None
+            tool, arguments = self.scrub([context.message.name, context.message.arguments or {}],
+                                         users.tokens() if users is not None else ())
             self.write({
                 "time": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                 "user": caller() or self.user,
-                "tool": self.scrub(context.message.name),
-                "arguments": self.scrub(context.message.arguments or {}),
+                "tool": tool,
+                "arguments": arguments,
                 "duration_ms": round((time.perf_counter() - t0) * 1000, 1),
                 "outcome": outcome,
                 "error": error,

@@ -36,7 +36,9 @@ settings (environment or .env):
   FLEET_MCP_SESSION_IDLE_S       FLEET_MCP_MAX_SESSIONS         FLEET_MCP_MAX_SESSIONS_PER_CLIENT
   FLEET_MCP_AUTH                 token (default: one Coder user, CODER_SESSION_TOKEN) or coder (each HTTP
                                  caller sends their own Coder token as Authorization: Bearer)
-  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted (60)
+  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted, or a refused one refused (60)
+  FLEET_MCP_AUTH_REFUSALS_PER_MINUTE
+                                 tokens Coder may refuse per client address a minute (10); beyond: 429
   FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
   FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
   FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
@@ -136,7 +138,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .connections import raise_fd_limit
     from .logs import setup as setup_logs
-    from .preflight import StartupError, check_coder, load_settings
+    from .preflight import StartupError, check_coder, load_settings, unknown_settings
 
     fd_limit = raise_fd_limit()
     overrides = {"read_only": True} if args.read_only else {}
@@ -164,8 +166,12 @@ def _serve(args: argparse.Namespace) -> int:
                                      **overrides)
         else:
             settings = load_settings(**overrides)
+        from .front import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
+
         setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
-                   settings.log_level)
+                   settings.log_level, also=sent_token if args.transport == "http" else None)
+        for warning in unknown_settings():
+            logging.getLogger("fleet_mcp").warning("%s", warning)
         if settings.auth == "coder" and args.transport != "http":
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")

@@ -28,6 +28,10 @@ BUILDER, SLEEPER = "builder", "sleeper"
 BUILDER_SPEC = "Add a /health endpoint to the API service and open a pull request. [[pr]] [[finish:3]]"
 SLEEPER_SPEC = "Investigate the flaky checkout test until it is understood. [[hang]]"
 FOLLOW_UP = "Run the test suite before the release notes. [[permission]] [[finish:2]]"
+# A task whose answer must fit a JSON Schema (the runner's typed answers); [[json]] answers in its shape.
+VERDICT_TASK = "Is the change ready to release? [[json]] [[finish:1]]"
+VERDICT = {"type": "object", "properties": {"ready": {"type": "boolean"}, "risk": {"enum": ["low", "high"]}},
+           "required": ["ready", "risk"]}
 WAIT_S = 30.0  # per wait; a workspace is up in ~3 s on the emulator's real time, Claude Code in ~2 s more
 TOTAL_S = 120.0
 CELL = 100
@@ -62,6 +66,8 @@ class Tour:
             ("The builder's result", self.result),
             ("A follow-up that asks permission", self.follow_up),
             ("Answer it", self.answer),
+            ("Review the builder's work", self.review),
+            ("A typed answer", self.typed),
             ("Task history", self.history),
             ("Conversation log", self.log),
             ("Cancel the sleeper's task", self.cancel),
@@ -154,6 +160,40 @@ class Tour:
         r = await self.call("get_agent_result", agent_name=BUILDER)
         self.table(f"get_agent_result {BUILDER}", ["task", "outcome", "cost so far (USD)"],
                    [(r["task"], r["outcome"], r["total_cost_usd"])])
+
+    async def review(self) -> None:
+        agent = (await self.call("show_agent", agent_name=BUILDER))["agent"]
+        if agent["driver"] != "runner":
+            self.table("show_agent_diff", ["note"], [("Diffs and typed answers need the runner: pip install "
+                                                      "'coder-fleet-mcp[runner]'.",)])
+            return
+        r = await self.call("get_agent_result", agent_name=BUILDER)
+        changes = r["changes"] or {}
+        self.table(f"get_agent_result {BUILDER}: changes", ["branch", "files", "+", "-", "commits"],
+                   [(changes.get("branch"), changes.get("files_total"), changes.get("added_lines"),
+                     changes.get("removed_lines"), changes.get("commits_total"))])
+        diff = await self.call("show_agent_diff", agent_name=BUILDER, scope="agent")
+        self.table(f"show_agent_diff {BUILDER} scope=agent (page {diff['page']} of {diff['pages']})",
+                   ["file", "diff (from its first hunk)"],
+                   [(f["path"], _cell(f["diff"][max(f["diff"].find("@@"), 0):], 240)) for f in diff["files"]])
+        glance = await self.call("show_agents", agent_names=[BUILDER, SLEEPER])
+        self.table("show_agents", ["agent", "status", "last turn", "cost (USD)", "changes"],
+                   [(a["name"], a["status"], a["last_turn"], a["cost_usd"] and round(a["cost_usd"], 4),
+                     a["changes_summary"])
+                    for a in glance["agents"]])
+
+    async def typed(self) -> None:
+        agent = (await self.call("show_agent", agent_name=BUILDER))["agent"]
+        if agent["driver"] != "runner":
+            return
+        await self.call("start_agent_task", agent_name=BUILDER, task_description=VERDICT_TASK,
+                        result_schema=VERDICT)
+        await self.wait([BUILDER], ["idle", "failed"], "the typed answer")
+        r = await self.call("get_agent_result", agent_name=BUILDER)
+        self.table(f"get_agent_result {BUILDER} (asked with result_schema: ready, risk)", ["outcome", "structured"],
+                   [(r["outcome"], r["structured"])])
+        if r["structured"] is None:
+            raise StepFailed(f"the typed answer did not come: {r['text']}")
 
     async def history(self) -> None:
         page = await self.call("show_agent_task_history", agent_name=BUILDER, page_size=10)

@@ -28,8 +28,8 @@ from .models import (
 )
 from .projects import Catalog
 from .rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, NAME_RE, PR_LINK, PROJECT, ROLE, RUNNER_KEY,
-    SPEC, TASK, iso, paginate,
+    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
+    iso, paginate, valid_name,
 )
 from .settings import Settings
 from .status import (
@@ -68,7 +68,7 @@ class Fleet:
 
     async def workspace(self, name: str) -> Workspace:
         """The token user's workspace of that name (not yet known to be an agent)."""
-        if not name or len(name) > 32 or not NAME_RE.match(name):
+        if not valid_name(name):
             raise not_found(f"No agent named {name[:40]!r}.", agent_name=name[:40])
         try:
             return await self.client.workspace_by_name("me", name)

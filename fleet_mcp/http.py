@@ -7,7 +7,8 @@
   host, localhost, 127.0.0.1, [::1] or one of `FLEET_MCP_ALLOWED_HOSTS`; 403
   for an Origin of any other host), then `Gate` (pure ASGI, so streaming
   responses pass untouched): the bearer token, compared in constant time, and
-  the drain on shutdown.
+  the drain on shutdown; `GET /` says where the MCP endpoint is. In front of
+  all that, `front.Health` answers load balancers' `GET /healthz`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
-from collections.abc import Sequence
 from ipaddress import ip_address
 
 from fastmcp import FastMCP
@@ -25,11 +24,12 @@ from pydantic import SecretStr
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .front import MCP_PATH, Health, bearer, where
+from .front import send_json as _send_json
 from .settings import Settings
 
 __all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
 
-MCP_PATH = "/mcp"
 access = logging.getLogger("fleet_mcp.access")
 
 
@@ -94,13 +94,6 @@ class Drain:
 
 def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
-
-
-async def _send_json(send: Send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def _challenge(verdict: bool | None) -> bytes:
@@ -170,6 +163,10 @@ class Gate:
                 "error": "not_found", "message": "This server offers no OAuth; send the header "
                 f"Authorization: Bearer <token>, the token being {whose}.", "details": {}})
             return
+        if scope["path"] == "/" and scope["method"] in ("GET", "HEAD"):
+            needs = "the server's FLEET_MCP_AUTH_TOKEN" if self._digest is not None else None
+            await _send_json(send, 200, where(scope, "each caller's own Coder token" if self.per_user else needs))
+            return
         if self._digest is not None:
             verdict = self.authorized(scope)
             if not verdict:
@@ -202,11 +199,18 @@ class Gate:
         """Per-user mode: answer a refused token (off /mcp) or a token Coder could not check; True if answered."""
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 
-        from .users import UNVERIFIED
+        from .users import LIMITED, UNVERIFIED
 
         user = scope.get("user")
         if isinstance(user, AuthenticatedUser):
-            if (user.access_token.claims or {}).get(UNVERIFIED):
+            claims = user.access_token.claims or {}
+            if wait := claims.get(LIMITED):
+                await _send_json(send, 429, {
+                    "error": "unavailable", "message": f"Too many tokens Coder refused came from your address: "
+                    f"retry in {wait} s, with a valid Coder token (`coder tokens create`).",
+                    "details": {"retry_after_s": wait}}, [(b"retry-after", str(wait).encode())])
+                return True
+            if claims.get(UNVERIFIED):
                 await _send_json(send, 503, {
                     "error": "unavailable", "message": "Coder cannot be reached to check your token; retry shortly.",
                     "details": {"retry_after_s": 5}}, [(b"retry-after", b"5")])
@@ -223,11 +227,9 @@ class Gate:
         return True
 
     @staticmethod
-    def authorized_header(scope: Scope) -> bytes | None:
+    def authorized_header(scope: Scope) -> str | None:
         """The bearer credentials sent, if any."""
-        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        scheme, _, credentials = (header or b"").strip().partition(b" ")
-        return credentials.strip() or None if scheme.lower() == b"bearer" else None
+        return bearer(next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None))
 
     def _until_drained(self, receive: Receive) -> Receive:
         """A GET stream (server-to-client messages only) reads as disconnected once draining starts."""
@@ -251,10 +253,11 @@ class Gate:
 
 
 def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> ASGIApp:
-    """The ASGI app for `fleet-mcp --transport http`: /mcp behind the Host/Origin guard, the Gate, the session cap."""
+    """The ASGI app for `fleet-mcp --transport http`: /healthz, then /mcp behind the Host/Origin guard, the Gate,
+    the session cap."""
     from .sessions import SessionCap
 
-    return server.http_app(
+    return Health(server.http_app(
         path=MCP_PATH,
         host_origin_protection=True,  # strict: every request's Host and Origin are checked
         allowed_hosts=allowed_hosts(host, settings),
@@ -266,4 +269,4 @@ def build_app(server: FastMCP, settings: Settings, host: str, drain: Drain) -> A
                                per_user=settings.auth == "coder"),
                     Middleware(SessionCap, max_sessions=settings.max_sessions,
                                max_per_client=settings.max_sessions_per_client, idle_s=settings.session_idle_s)],
-    )
+    ), drain)

@@ -3,40 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
+import json
 import secrets
-from collections.abc import Iterator
 
 from .coder import errors as ce
 from .coder.client import Transition
 from .coder.schemas import RichParameter, Template, Workspace
-from .errors import FleetError, bad_request, conflict
+from .errors import FleetError, bad_request, conflict, unexpected
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, NAME_RE, PROJECT, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
-    check_name, check_text,
+    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS,
+    SPEC, TASK, check_name, check_result_schema, check_text, valid_name,
 )
 from .status import list_status
 
 __all__ = ["Lifecycle"]
 
 MAX_AUTOSTOP_MINUTES = 7 * 24 * 60  # Coder refuses a TTL over a week
-
-
-class _Stale(Exception):
-    """The cached listing of templates led a create astray; it is tried again with a fresh one."""
-
-
-@contextlib.contextmanager
-def _stale_if(cached: bool, *errors: type[Exception]) -> Iterator[None]:
-    """Within: with `cached`, these errors mean the cached listing was wrong (`_Stale`); else as they are."""
-    try:
-        yield
-    except errors:
-        if cached:
-            raise _Stale from None
-        raise
 
 
 class Lifecycle:
@@ -48,54 +33,73 @@ class Lifecycle:
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
-                     max_cost_usd: float | None = None) -> CreatedAgent:
+                     max_cost_usd: float | None = None, result_schema: dict | None = None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
+        if result_schema is not None:
+            check_result_schema(result_schema)
         catalog = self.fleet.catalog
         counting = asyncio.ensure_future(self._count())  # the cap's count goes along with the first lookup
+        attempt = functools.partial(self._create, name, project, role, spec, counting, autostop_minutes, model,
+                                    max_turns, max_cost_usd, result_schema)
         try:
             # A listing of templates younger than the cache's TTL saves a request per create. Whatever it
             # may have wrong (a template pushed, renamed or removed since) is asked of Coder again before
             # the call is refused: a project or role it lacks, or Coder refusing what it led to.
-            if catalog.listing_cached():
-                with contextlib.suppress(_Stale):
-                    return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
-                                              max_cost_usd, cached=True)
-            return await self._create(name, project, role, spec, counting, autostop_minutes, model, max_turns,
-                                      max_cost_usd, cached=False)
+            for cached in (True, False) if catalog.listing_cached() else (False,):
+                if (created := await attempt(cached=cached)) is not None:
+                    return created
+            raise unexpected()  # not reached: a try on a fresh listing answers or raises
         finally:
             settle(counting)
 
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
-                      max_cost_usd: float | None, *, cached: bool) -> CreatedAgent:
-        """One try; with `cached`, whatever the cached listing got wrong raises `_Stale` instead of refusing."""
+                      max_cost_usd: float | None, result_schema: dict | None, *, cached: bool) -> CreatedAgent | None:
+        """One try; with `cached`, None where what the cached listing said proves wrong (to be tried afresh)."""
         fleet, catalog = self.fleet, self.fleet.catalog
+        # What the cached listing may have got wrong: a project it lacks, a version it lists since gone, or
+        # Coder refusing what it led to. Without `cached`, the tuples are empty: each is answered as it is.
+        # (Never a failure of the post itself that adopting answered: that create is not tried twice.)
+        lacks: tuple[type[Exception], ...] = (FleetError, ce.NotFound) if cached else ()
+        refuses: tuple[type[Exception], ...] = (ce.BadRequest, ce.NotFound) if cached else ()
         try:
-            with _stale_if(cached, FleetError, ce.NotFound):  # unknown project; a version listed is gone
-                template, params = await catalog.project(project, cached=cached)
+            template, params = await catalog.project(project, cached=cached)
+        except lacks:
+            return None
         except FleetError as exc:
             raise bad_request(exc.message, **(exc.details or {})) from None
         self._check_cap(await counting)
-        with _stale_if(cached, ce.NotFound):
+        try:
             choices = await catalog.role_choices(template, params)
+        except refuses:
+            return None
         choice = next((c for c in choices if c.role.name == role), None)
         if choice is None:
             if cached:
-                raise _Stale
+                return None
             raise bad_request(f"Project {template.name!r} has no role {role[:40]!r}.",
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
         if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
             values[RUNNER_KEY] = secrets.token_urlsafe(32)
+        if result_schema is not None:
+            if RESULT_SCHEMA not in {p.name for p in params}:
+                if cached:
+                    return None
+                raise bad_request(f"Project {template.name!r} cannot take a result_schema: its template declares "
+                                  f"no {RESULT_SCHEMA} (runner templates do; AgentAPI ones cannot).",
+                                  field="result_schema")
+            values[RESULT_SCHEMA] = json.dumps(result_schema, separators=(",", ":"), ensure_ascii=False)
+        ttl_ms = self._ttl_ms(template, autostop_minutes)
         try:
-            with _stale_if(cached, ce.BadRequest, ce.NotFound):  # Coder refuses what the listing led to
-                ws = await fleet.builds.create(name, template.id, choice.preset_id, values,
-                                               self._ttl_ms(template, autostop_minutes))
+            ws = await fleet.builds.create(name, template.id, choice.preset_id, values, ttl_ms)
         except ce.Conflict:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
+        except refuses:
+            return None
         # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
         agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
@@ -171,7 +175,7 @@ class Lifecycle:
     async def _deleted(self, name: str) -> Workspace | None:
         """The agent of that name that is deleted or being deleted, if there was one (so a repeated or
         concurrent delete succeeds, and a name that never was an agent stays not found)."""
-        if not NAME_RE.match(name) or len(name) > 32:
+        if not valid_name(name):
             return None
         try:
             ws = await self.fleet.client.workspace_by_name("me", name, include_deleted=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from .redaction import redact
 
 __all__ = ["Redact", "setup"]
 
@@ -16,30 +18,36 @@ _SENT_SESSION = re.compile(r"(?i)(session id:?\s+|session:\s+)\S+")
 
 
 class Redact(logging.Filter):
-    """Rewrites each record's final message with the secrets (any case) and session ids replaced."""
+    """Rewrites each record's final message with session ids replaced and the secrets redacted
+    (`redaction.redact`): `secrets`, and what `also()` names at the time (the token the HTTP request being
+    served carries, in per-user mode)."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), also: Callable[[], str | None] | None = None) -> None:
         super().__init__()
-        texts = [s for s in secrets if s]
-        self._secrets = re.compile("|".join(map(re.escape, texts)), re.IGNORECASE) if texts else None
+        self._secrets = tuple(s for s in secrets if s)
+        self._also = also
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         clean = _SESSION_ID.sub("[session]", message)
         if record.name.startswith("mcp.server.streamable_http"):
             clean = _SENT_SESSION.sub(r"\1[session]", clean)
-        if self._secrets is not None:
-            clean = self._secrets.sub("[redacted]", clean)
+        secrets = (*self._secrets, self._also() if self._also is not None else None)
+        clean = redact(clean, *secrets)
         if clean != message:
             record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:  # the formatter keeps what is set here
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, *secrets)
         return True
 
 
-def setup(secrets: Iterable[str] = (), level: str = "INFO") -> None:
+def setup(secrets: Iterable[str] = (), level: str = "INFO", also: Callable[[], str | None] | None = None) -> None:
     """Log `level` (FLEET_MCP_LOG_LEVEL) and up to stderr through `Redact` (call once, before serving)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(Redact(secrets))
+    handler.addFilter(Redact(secrets, also))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -11,6 +11,7 @@ __all__ = [
     "DeleteResult", "LogMessage", "Metadata", "Project", "Projects", "Role", "Roles",
     "ShownAgent", "Task", "TaskHistory", "TaskResult", "AgentGlance", "AgentGlances", "AnswerResult", "Condition",
     "LastTurn", "PendingPrompt", "StatusFacts", "StatusSource", "TurnOutcome", "WaitResult", "WaitedAgent",
+    "AgentDiff", "ChangedFile", "Changes", "Commit", "DiffFile",
 ]
 
 AgentStatus = Literal[
@@ -206,6 +207,10 @@ class AgentGlance(BaseModel):
     latest_output: str | None = Field(default=None,
                                       description="The newest thing the agent said, cut to 300 characters")
     problem: str | None = None
+    last_turn: LastTurn | None = Field(default=None, description="How its last finished turn ended")
+    cost_usd: float | None = Field(default=None, description="What its last turn cost (runner)")
+    changes_summary: str | None = Field(default=None, description='What its last turn changed, e.g. "3 files, '
+                                                                  '+120 −8, 1 commit" (runner)')
     pending: PendingPrompt | None = None
     error: dict[str, Any] | None = Field(default=None, description="The error envelope, when this agent was not shown")
 
@@ -232,6 +237,64 @@ class TurnOutcome(BaseModel):
                                          description="The agent's cost so far, over all turns (runner only)")
     finished_at: str | None = None
     driver: Literal["runner", "agentapi"]
+    changes: Changes | None = Field(default=None, description="What the turn changed in the agent's repository "
+                                                              "(runner; read the diff with show_agent_diff)")
+    changes_unavailable: str | None = Field(default=None, description="Why `changes` is null")
+    structured: Any = Field(default=None, description="The answer in the task's result_schema, validated, when "
+                                                      "it asked for one")
+
+
+class Commit(BaseModel):
+    sha: str
+    subject: str
+
+
+class ChangedFile(BaseModel):
+    path: str = Field(description="From the repository's root; bytes that are not UTF-8 written \\xNN")
+    change: Literal["added", "modified", "deleted", "renamed"]
+    old_path: str | None = Field(default=None, description="The name before a rename")
+    added_lines: int
+    removed_lines: int
+    binary: bool
+
+
+class Changes(BaseModel):
+    """What a turn changed: committed, uncommitted and untracked work against where the task started."""
+
+    repository: str = Field(description="The git work tree's root in the workspace")
+    branch: str | None = Field(description="The branch at the turn's end; null when HEAD is detached")
+    start_commit: str | None
+    end_commit: str | None
+    commits: list[Commit] = Field(description="Commits made since the start, newest first (at most 50)")
+    commits_total: int
+    files: list[ChangedFile] = Field(description="At most 100 files; files_total counts them all")
+    files_total: int
+    added_lines: int
+    removed_lines: int
+    note: str | None = Field(default=None, description="A detached HEAD, or a merge or rebase in progress")
+
+
+class DiffFile(BaseModel):
+    path: str
+    diff: str = Field(description="The file's unified diff (a binary file: named, not dumped)")
+    truncated: bool = Field(description="Cut at 50,000 bytes (and left out of `patch`)")
+    binary: bool
+    note: str | None = None
+
+
+class AgentDiff(BaseModel):
+    """A page of an agent's diff, by file."""
+
+    agent_name: str
+    scope: Literal["task", "agent"]
+    files: list[DiffFile]
+    patch: str | None = Field(description="format=patch: this page's files as one patch for `git apply` (files "
+                                          "cut at the size limit left out); else null")
+    page: int
+    pages: int
+    files_total: int
+    start_commit: str | None
+    end_commit: str | None
 
 
 class AnswerResult(BaseModel):

@@ -6,17 +6,24 @@ Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
 from __future__ import annotations
 
 import asyncio
+import difflib
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
-from pydantic import ValidationError
+from dotenv import dotenv_values
+from pydantic import AliasChoices, ValidationError
 from pydantic_core import ErrorDetails
 
 from .coder import errors as ce
 from .coder import netcause
 from .settings import Settings, env_name
 
-__all__ = ["Checked", "StartupError", "check_coder", "load_settings"]
+__all__ = ["Checked", "StartupError", "check_coder", "known_variables", "load_settings", "unknown_settings"]
+
+PREFIX = "FLEET_MCP_"
 
 
 class StartupError(Exception):
@@ -96,3 +103,35 @@ async def check_coder(settings: Settings, transport: httpx.AsyncBaseTransport | 
             raise StartupError(f"Coder at CODER_URL={settings.coder_url} answered {exc.status} "
                                f"({exc.message}); is it a Coder deployment?") from None
     return Checked(me.username, info.version)
+
+
+def known_variables() -> list[str]:
+    """Every FLEET_MCP_* variable the server reads: FLEET_MCP_<setting> for each setting (pydantic-settings reads
+    that name too where a setting has an alias, `populate_by_name`), and each alias of that form."""
+    names = {f"{PREFIX}{field.upper()}" for field in Settings.model_fields}
+    for info in Settings.model_fields.values():
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        names.update(c.upper() for c in choices if isinstance(c, str) and c.upper().startswith(PREFIX))
+    return sorted(names)
+
+
+def unknown_settings(environ: Mapping[str, str] | None = None, dotenv: Path | None = Path(".env")) -> list[str]:
+    """A warning for each FLEET_MCP_* variable of the environment (and of `.env`) that no setting reads
+    (ignored, so a misspelt one would be silently lost), naming the nearest documented one."""
+    known = known_variables()
+    documented = {name.removeprefix(PREFIX): name for name in map(env_name, Settings.model_fields)}
+    found = dict.fromkeys(os.environ if environ is None else environ, "the environment")
+    if dotenv is not None and dotenv.is_file():
+        found |= {name: str(dotenv) for name in dotenv_values(dotenv) if name not in found}
+    warnings = []
+    for name, where in sorted(found.items()):
+        upper = name.upper()  # pydantic-settings reads names in any case
+        if not upper.startswith(PREFIX) or upper in known:
+            continue
+        # Compared without the prefix most share, which would make every name look near; the names suggested
+        # are the documented ones (CODER_URL, not FLEET_MCP_CODER_URL, which is read too).
+        nearest = difflib.get_close_matches(upper.removeprefix(PREFIX), list(documented), n=1, cutoff=0.6)
+        hint = f"; did you mean {documented[nearest[0]]}?" if nearest else " (`fleet-mcp --help` lists the settings)"
+        warnings.append(f"{name} (in {where}) is not a fleet-mcp setting and is ignored{hint}")
+    return warnings

@@ -11,13 +11,14 @@ from .errors import FleetError
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
-    "RUNNER_KEY", "RUNNER_PARAMETERS", "SPEC", "TASK", "check_name", "check_text",
-    "iso", "paginate",
+    "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name",
+    "check_result_schema", "check_text", "iso", "paginate", "valid_name",
 ]
 
 # `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
 NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*\Z")
 MAX_NAME = 20
+MAX_WORKSPACE_NAME = 32  # Coder's own limit: what a lookup of an existing workspace may be given
 MAX_SPEC = 65_536  # bytes of UTF-8
 LIST_TASK_CHARS = 200
 LOG_MESSAGE_CHARS = 4_000
@@ -27,11 +28,13 @@ FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
 # Declared by runner templates only: what the runner hands the Agent SDK.
 MODEL, MAX_TURNS, MAX_COST = "fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"
 RUNNER_PARAMETERS = (MODEL, MAX_TURNS, MAX_COST)
+RESULT_SCHEMA = "fleet_mcp_result_schema"  # optional, runner templates: the spec turn's result schema (JSON)
 # The runner's key, made by create_agent; the template hands the runner only its SHA-256 (specs/runner.md).
 RUNNER_KEY = "fleet_mcp_runner_key"
 FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
 BUILD_ACTIVE = ("pending", "running", "canceling")
+SCHEMA_MAX = 16_384  # bytes of a result_schema as JSON (the runner holds the same limit)
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -39,8 +42,15 @@ def iso(dt: datetime | None) -> str | None:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if dt else None
 
 
+def valid_name(name: str, most: int = MAX_WORKSPACE_NAME) -> bool:
+    """Whether `name` follows Coder's workspace-name rule in at most `most` characters. Lookups accept what
+    Coder accepts (a name no workspace can have is answered without asking); new agents the contract's 20."""
+    return 1 <= len(name) <= most and NAME_RE.match(name) is not None
+
+
 def check_name(name: str) -> None:
-    if not (1 <= len(name) <= MAX_NAME) or not NAME_RE.match(name) or name.lower() in ("new", "create"):
+    """A new agent's name: `bad_request` unless Coder and the contract both accept it."""
+    if not valid_name(name, MAX_NAME) or name.lower() in ("new", "create"):
         raise FleetError("bad_request", f"Invalid agent name {name[:40]!r}: use 1-{MAX_NAME} letters, digits and "
                          "single hyphens, starting and ending with a letter or digit.", {"field": "name"})
 
@@ -61,6 +71,26 @@ def check_text(field: str, text: str) -> None:
     if size > MAX_SPEC:
         raise FleetError("bad_request", f"{field} is {size} bytes of UTF-8; at most {MAX_SPEC} are allowed.",
                          {"field": field, "max_bytes": MAX_SPEC})
+
+
+def check_result_schema(schema: object) -> None:
+    """A result_schema must be a JSON Schema object of at most SCHEMA_MAX bytes (as JSON)."""
+    import json
+
+    import jsonschema  # here: only a typed task pays its import
+
+    if not isinstance(schema, dict):
+        raise FleetError("bad_request", "result_schema must be a JSON Schema object, e.g. {\"type\": \"object\", "
+                         "\"properties\": {...}}.", {"field": "result_schema"})
+    size = len(json.dumps(schema, ensure_ascii=False).encode())
+    if size > SCHEMA_MAX:
+        raise FleetError("bad_request", f"result_schema is {size} bytes as JSON; at most {SCHEMA_MAX} are allowed.",
+                         {"field": "result_schema", "max_bytes": SCHEMA_MAX})
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise FleetError("bad_request", f"result_schema is not a valid JSON Schema: {exc.message[:300]}",
+                         {"field": "result_schema"}) from None
 
 
 def paginate(total: int, page: int, page_size: int) -> tuple[int, int, int, int]:

@@ -85,6 +85,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     from sse_starlette.sse import AppStatus
 
     from .connections import ConnectionGuard, Throttled, budget, guarded_protocol
+    from .front import mcp_url
     from .http import Drain, build_app
 
     drain = Drain()
@@ -135,4 +136,5 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
                             timeout_graceful_shutdown=round(grace), ws="none", server_header=False,
                             access_log=False,  # ours (http.Gate) leaves out query strings
                             log_config=None, log_level=settings.log_level.lower())  # uvicorn's too: stderr, our format
+    log.info("MCP endpoint: %s (GET /healthz for load balancers)", mcp_url(host, sock.getsockname()[1]))
     await Server(config).serve(sockets=[sock])

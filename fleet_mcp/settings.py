@@ -82,12 +82,18 @@ class Settings(BaseSettings):
     # A service for a team (see fleet_mcp/users.py): who acts in Coder, replicas, each user's share of Coder.
     auth: Literal["token", "coder"] = "token"
     auth_cache_s: float = Field(default=60.0, ge=0)
+    auth_refusals_per_minute: int = Field(
+        default=10, ge=1,
+        description="with FLEET_MCP_AUTH=coder: tokens Coder may refuse per client address and minute (a burst of "
+                    "as many, refilled steadily); beyond, 429 with Retry-After and Coder is not asked; a refused "
+                    "token is refused again without asking for FLEET_MCP_AUTH_CACHE_S")
     max_users: int = Field(default=256, ge=1)
     stateless_http: bool | None = None
     rate_share: float = Field(default=0.5, gt=0, le=1)
     read_only: bool = False
     # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="what the server logs on stderr: DEBUG, INFO, WARNING or ERROR (any case)")
 
     @field_validator("coder_url")
     @classmethod

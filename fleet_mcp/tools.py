@@ -27,12 +27,12 @@ from .errors import guarded
 from .fleet import Fleet
 from .lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
 from .models import (
-    AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult, Projects,
-    Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
+    AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
+    Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
 from .polling import within
 from .rules import MAX_NAME, MAX_SPEC
-from .turns import Turns
+from .turns import DIFF_PAGE_MAX, PATH_MAX, Turns
 from .users import services_of
 from .waits import MAX_WAIT_S, Waits
 
@@ -108,6 +108,9 @@ async def create_agent(
                          ] = None,
     max_cost_usd: Annotated[float | None, Field(gt=0, description="Stop a task once it has cost this much in US "
                                                                   "dollars (runner)")] = None,
+    result_schema: Annotated[dict[str, Any] | None, Field(
+        description="A JSON Schema (at most 16 KiB) the spec's answer must fit, as start_agent_task's (runner "
+                    "projects whose template declares fleet_mcp_result_schema)")] = None,
     lifecycle: Lifecycle = Depends(lifecycle_of),
 ) -> CreatedAgent:
     """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
@@ -115,7 +118,8 @@ async def create_agent(
     `pending` while its build is queued, then `starting`, then `busy` on its spec; `workspace_status` tells the
     build. Refused with `conflict` when the fleet is at its cap."""
     return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
-                                  model=model, max_turns=max_turns, max_cost_usd=max_cost_usd)
+                                  model=model, max_turns=max_turns, max_cost_usd=max_cost_usd,
+                                  result_schema=result_schema)
 
 
 async def stop_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> ShownAgent:
@@ -172,11 +176,15 @@ async def start_agent_task(
     if_busy: Annotated[Literal["reject", "queue", "interrupt"], Field(
         description="While the agent works: reject (a conflict error), queue (runs when the turn ends; "
                     "runner agents only) or interrupt (stop the turn, then send)")] = "reject",
+    result_schema: Annotated[dict[str, Any] | None, Field(
+        description="A JSON Schema (at most 16 KiB) the task's answer must fit; get_agent_result's `structured` "
+                    "then holds the validated object, and an answer that does not fit fails the turn (runner "
+                    "agents only)")] = None,
     turns: Turns = Depends(turns_of),
 ) -> TaskResult:
     """Give an agent its next task. While it is busy: refused with `conflict` (the default), queued, or sent
     after interrupting the running turn, as `if_busy` says."""
-    return await turns.start(agent_name, task_description, if_busy)
+    return await turns.start(agent_name, task_description, if_busy, result_schema)
 
 
 async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TaskResult:
@@ -206,9 +214,30 @@ async def answer_agent(
 
 async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TurnOutcome:
     """The agent's last finished turn, compact: final text (cut at 4,000 characters),
-    succeeded/failed/interrupted, pull-request link, and on runner agents turns, duration and cost (this turn
-    and in total). Read show_agent_log for everything."""
+    succeeded/failed/interrupted, pull-request link, and on runner agents turns, duration, cost (this turn
+    and in total), `changes` (branch, commits, files changed with lines added and removed) and `structured`
+    (the answer in the task's result_schema). Read show_agent_log for everything, show_agent_diff for the diff."""
     return await turns.result(agent_name)
+
+
+async def show_agent_diff(
+    agent_name: AgentName,
+    scope: Annotated[Literal["task", "agent"], Field(
+        description="task: what the last finished task changed; agent: everything since the agent was created"
+    )] = "task",
+    path: Annotated[str | None, Field(min_length=1, max_length=PATH_MAX,
+                                      description="Only this file, relative to the repository's root")] = None,
+    format: Annotated[Literal["unified", "patch"], Field(
+        description="unified: each file's diff to read; patch: also the page's files as one patch that "
+                    "`git apply` takes into your own checkout")] = "unified",
+    page: Page = 1,
+    page_size: Annotated[int, Field(description=f"Files per page; clamped to 1..{DIFF_PAGE_MAX}")] = 20,
+    turns: Turns = Depends(turns_of),
+) -> AgentDiff:
+    """The diff of a runner agent's work in its repository, by file: committed, uncommitted and new files
+    against where its last task (or the agent) started. Each file's diff is cut at 50,000 bytes
+    (`truncated`); binary files are named, not dumped."""
+    return await turns.diff(agent_name, scope, path, format, page, page_size)
 
 
 async def wait_for_agents(
@@ -239,8 +268,10 @@ async def show_agents(
                                             description="The agents to show (1-50 names)")],
     waits: Waits = Depends(waits_of),
 ) -> AgentGlances:
-    """Many agents at a glance: each one's status, current task and a preview of its newest output (300
-    characters). An unknown name is an entry with an error, not a failed call."""
+    """Many agents at a glance: each one's status, current task, a preview of its newest output (300
+    characters), and how its last turn ended, what it cost and what it changed ("3 files, +120 −8"): give
+    several agents one task, wait for all, then compare them here. An unknown name is an entry with an error,
+    not a failed call."""
     return await waits.glance(agent_names)
 
 
@@ -304,6 +335,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(cancel_agent_task, "Cancel agent task", {**WRITE, "destructiveHint": True}, deadlines.cancel),
     ToolSpec(answer_agent, "Answer agent", WRITE, deadlines.send),
     ToolSpec(get_agent_result, "Get agent result", READ),
+    ToolSpec(show_agent_diff, "Show agent diff", READ),
     ToolSpec(wait_for_agents, "Wait for agents", READ, deadlines.wait),
     ToolSpec(show_agents, "Show agents", READ),
     ToolSpec(list_agent_roles, "List agent roles", READ),

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import posixpath
 from datetime import UTC, datetime
+from typing import Any
 
 from .coder import errors as ce
 from .drivers import (
     Answered, Busy, Driver, DriverError, Live, NothingPending, NotSupported, Pending, StalePrompt, TurnResult,
     Unreachable,
 )
-from .errors import bad_request, conflict, unavailable
+from .errors import FleetError, bad_request, conflict, unavailable
 from .fleet import Fleet, prompt, with_screen_prompt
-from .models import AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
+from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
-from .rules import PR_LINK, TASK, check_text, iso
+from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
-__all__ = ["RESULT_CHARS", "Turns"]
+__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]
 
 RESULT_CHARS = 4_000
+FILES_SHOWN = 100  # of a turn's changed files in get_agent_result; files_total counts them all
+DIFF_PAGE_MAX = 50
+PATH_MAX = 4096
 _BUDGETS = {"error_max_turns": "Stopped: the turn reached the agent's max_turns budget.",
             "error_max_budget_usd": "Stopped: the turn reached the agent's max_cost_usd budget."}
 
@@ -29,25 +34,27 @@ class Turns:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
 
-    async def start(self, name: str, description: str, if_busy: str = "reject") -> TaskResult:
+    async def start(self, name: str, description: str, if_busy: str = "reject",
+                    result_schema: dict | None = None) -> TaskResult:
         check_text("task_description", description)
+        if result_schema is not None:
+            check_result_schema(result_schema)
         _, driver, live = await self.fleet.ready(name)
+        if result_schema is not None and driver.kind != "runner":
+            raise bad_request(f"Agent {name!r} runs on AgentAPI, which cannot give a typed answer: result_schema "
+                              "needs a runner agent.", field="result_schema", driver=driver.kind)
         if live.state in ("working", "needs_input") and if_busy == "reject":
             raise conflict(f"Agent {name!r} already has a running task. Wait for it (wait_for_agents), or send "
                            "with if_busy='queue' or 'interrupt'.", status="busy")
         try:
-            queued = await driver.send(description, if_busy)  # type: ignore[arg-type]
+            queued = await driver.send(description, if_busy, result_schema)  # type: ignore[arg-type]
         except (ce.Unavailable, ce.ServerError) as exc:
             if not await _landed(driver, description):
                 raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "
                                   "Try again.") from None
             queued = False
-        except Busy:
-            raise conflict(f"Agent {name!r} already has a running task.", status="busy") from None
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r}: {exc}", if_busy=if_busy) from None
+        except DriverError as exc:
+            raise refused(name, exc, if_busy=if_busy) from None
         queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
@@ -64,10 +71,8 @@ class Turns:
             await driver.interrupt()
         except (ce.Unavailable, ce.ServerError) as exc:
             lost = exc  # the answer was lost: whether it stopped is what the wait below finds out
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
-        except NotSupported as exc:
-            raise bad_request(f"Agent {name!r} cannot be interrupted: {exc}", driver=driver.kind) from None
+        except (Unreachable, NotSupported) as exc:
+            raise refused(name, exc, driver=driver.kind) from None
         except DriverError:  # the turn ended between our look and the interrupt
             pass
 
@@ -120,8 +125,8 @@ class Turns:
             raise _stale(name, prompt_id, exc.pending, exc.answered) from None
         except NothingPending:
             raise _stale(name, prompt_id, None, None) from None
-        except Unreachable as exc:
-            raise bad_request(f"Agent {name!r} is offline: {exc}") from None
+        except DriverError as exc:
+            raise refused(name, exc) from None
         live, unreachable = await self.fleet.live(driver)
         after = live_status(Snapshot(snap.workspace, snap.params, live, unreachable), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id,
@@ -159,12 +164,50 @@ class Turns:
         if ended is None:
             raise bad_request(f"Agent {name!r} has not finished a turn yet.")
         said = [m for m in messages or [] if m.role not in ("user",)]
+        # AgentAPI knows nothing of the repository: its results carry no changes.
         asked = [m for m in messages or [] if m.role == "user"]
         pr = ended.uri if ended.uri and PR_LINK.match(ended.uri) else None
         turn = TurnResult(task=asked[-1].content if asked else snap.params.get(TASK, ""),
                           text=said[-1].content if said else ended.message, is_error=ended.state == "failure",
-                          finished_at=ended.created_at, pull_request_url=pr)
+                          finished_at=ended.created_at, pull_request_url=pr,
+                          changes_unavailable="AgentAPI agents record no changes (the runner does).")
         return _outcome(name, turn, None, "agentapi")
+
+    async def diff(self, name: str, scope: str = "task", path: str | None = None, fmt: str = "unified",
+                   page: int = 1, page_size: int = 20) -> AgentDiff:
+        """A page of the agent's diff (its last task's, or everything since it was created), by file."""
+        if page < 1:
+            raise bad_request("page must be 1 or more.", field="page")
+        if path is not None:
+            path = _repository_path(path)
+        size = min(max(page_size, 1), DIFF_PAGE_MAX)
+        ws, params = await self.fleet.find(name)
+        driver = self.fleet.driver(ws)
+        if driver is None:
+            raise self.fleet.not_ready(Snapshot(ws, params, None, None), "so its diff cannot be read")
+        try:
+            d: Any = await driver.diff(scope, path, fmt, page, size)
+        except Unreachable as exc:
+            raise self.fleet.not_ready(Snapshot(ws, params, None, str(exc)), "so its diff cannot be read") from None
+        except NotSupported as exc:
+            raise refused(name, exc, driver=driver.kind) from None
+        except DriverError as exc:
+            raise refused(name, exc, scope=scope, **({"field": "path"} if path else {})) from None
+        return AgentDiff(agent_name=name, scope=scope, page=page, pages=d.pages,  # type: ignore[arg-type]
+                         files=[DiffFile(path=f.path, diff=f.diff, truncated=f.truncated, binary=f.binary, note=f.note)
+                                for f in d.files], patch=d.patch if fmt == "patch" else None,
+                         files_total=d.files_total, start_commit=d.start_commit, end_commit=d.end_commit)
+
+
+def refused(name: str, exc: DriverError, **details: Any) -> FleetError:
+    """What a driver's refusal means to the caller: the one wording of each driver error."""
+    if isinstance(exc, Busy):
+        return conflict(f"Agent {name!r} already has a running task.", status="busy")
+    if isinstance(exc, Unreachable):
+        return bad_request(f"Agent {name!r} is offline: {exc}")
+    if isinstance(exc, NothingPending):
+        return bad_request(f"Agent {name!r} waits on no answer any more.")
+    return bad_request(f"Agent {name!r}: {exc}", **details)
 
 
 async def _landed(driver: Driver, text: str) -> bool:
@@ -182,11 +225,34 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> T
     outcome: LastTurn = "interrupted" if turn.interrupted else "failed" if turn.is_error else "succeeded"
     reason = turn.subtype if outcome != "succeeded" and turn.subtype and turn.subtype != "success" else None
     text = turn.text or _BUDGETS.get(reason or "", "")
+    changes = _changes(turn.changes)
     return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, stop_reason=reason,
                        text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr,
                        num_turns=turn.num_turns,
                        duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
-                       finished_at=iso(turn.finished_at), driver=driver)  # type: ignore[arg-type]
+                       finished_at=iso(turn.finished_at), driver=driver,  # type: ignore[arg-type]
+                       changes=changes, structured=turn.structured,
+                       changes_unavailable=None if changes else turn.changes_unavailable or "The runner recorded "
+                       "no changes for this turn.")
+
+
+def _changes(raw: Any) -> Changes | None:
+    """The runner's summary as the tool answers it, its files cut to FILES_SHOWN."""
+    if raw is None:
+        return None
+    data = raw.model_dump()
+    data["files"] = data["files"][:FILES_SHOWN]
+    return Changes.model_validate(data)
+
+
+def _repository_path(path: str) -> str:
+    """A path for show_agent_diff: relative to the repository's root and inside it; bad_request otherwise."""
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    if ("\x00" in path or not path.strip() or len(path) > PATH_MAX or path.startswith(("/", "~"))
+            or norm in (".", "..") or norm.startswith("../")):
+        raise bad_request(f"path {path[:200]!r} must name a file inside the agent's repository, relative to its "
+                          "root (e.g. src/app.py).", field="path")
+    return norm
 
 
 def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answered | None) -> Exception:

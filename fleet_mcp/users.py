@@ -3,7 +3,8 @@
 In per-user mode every HTTP request carries the caller's own Coder token
 (`Authorization: Bearer <token>`). `CoderTokens`, a FastMCP token verifier,
 checks it with Coder (`GET /api/v2/users/me`) and remembers a valid answer for
-`FLEET_MCP_AUTH_CACHE_S`, keyed by the token's SHA-256 (never the token). The
+`FLEET_MCP_AUTH_CACHE_S`, keyed by the token's SHA-256 (never the token); refused
+tokens and guessing addresses are kept from Coder by `guesses.Guesses`. The
 caller's `Services` (a Coder client holding their token, their `Fleet` with its
 template catalog, their `Waits` with its shared listing, their request meter)
 live in `Users`, a bounded LRU registry keyed the same way; an evicted user's
@@ -21,22 +22,24 @@ from dataclasses import dataclass, field
 import httpx
 from fastmcp import Context
 from fastmcp.server.auth import AccessToken, TokenVerifier
-from fastmcp.server.dependencies import get_access_token
+from fastmcp.server.dependencies import get_access_token, get_http_request
 
 from .budget import Meter
 from .coder import errors as ce
 from .coder.client import CoderClient
 from .errors import FleetError
 from .fleet import Fleet
+from .guesses import Guesses
 from .lifecycle import Lifecycle
 from .settings import Settings
 from .turns import Turns
 from .waits import Waits
 
-__all__ = ["CoderTokens", "Services", "Users", "caller", "key_of", "services_of"]
+__all__ = ["LIMITED", "UNVERIFIED", "CoderTokens", "Services", "Users", "caller", "key_of", "services_of"]
 
 log = logging.getLogger("fleet_mcp")
-UNVERIFIED = "fleet_mcp_unverified"
+UNVERIFIED = "fleet_mcp_unverified"  # claim: Coder could not be asked (http.Gate answers 503)
+LIMITED = "fleet_mcp_limited"  # claim: the address guessed too much; seconds to wait (http.Gate answers 429)
 
 
 def key_of(token: str) -> str:
@@ -56,6 +59,7 @@ class Services:
     meter: Meter
     username: str | None = None
     verified_at: float = field(default=float("-inf"))
+    token: str | None = field(default=None, repr=False)  # per-user mode: redacted from the audit log (any caller's)
 
     @classmethod
     def open(cls, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Services:
@@ -80,12 +84,21 @@ class Users:
     def __len__(self) -> int:
         return len(self._by_key)
 
+    def tokens(self) -> list[str]:
+        """The tokens of the users signed in here (Coder accepted them)."""
+        return [s.token for s in self._by_key.values() if s.token and s.username is not None]
+
+    def known(self, token: str) -> Services | None:
+        """The services of this token's holder if they are open, else None (nothing is opened)."""
+        return self._by_key.get(key_of(token))
+
     def services(self, token: str) -> Services:
         """The services of this token's holder, opened on first use."""
         key = key_of(token)
         found = self._by_key.get(key)
         if found is None:
             found = Services.open(self.settings.for_token(token), self._transport)
+            found.token = token
             self._by_key[key] = found
             while len(self._by_key) > self.settings.max_users:
                 _, evicted = self._by_key.popitem(last=False)
@@ -131,31 +144,64 @@ class CoderTokens(TokenVerifier):
     `http.Gate` answers 503 rather than a 401 that would send the user to make a new token.
     """
 
-    def __init__(self, users: Users) -> None:
+    def __init__(self, users: Users, guesses: Guesses | None = None) -> None:
         super().__init__()
         self.users = users
+        settings = users.settings
+        self.guesses = guesses or Guesses(settings.auth_refusals_per_minute, settings.auth_cache_s)
 
     async def verify_token(self, token: str) -> AccessToken | None:
         token = token.strip()
         if not token:
             return None
-        services = self.users.services(token)
         now = asyncio.get_running_loop().time()
-        username = services.username
-        if username is None or now - services.verified_at >= self.users.settings.auth_cache_s:
-            try:
-                me = await services.client.me()
-            except (ce.Unauthorized, ce.Forbidden):
-                self.users.forget(token)
-                return None
-            except ce.CoderError as exc:
-                log.warning("cannot check a caller's Coder token: %s", exc.message)
-                return AccessToken(token=token, client_id="unverified", scopes=[], claims={UNVERIFIED: True})
-            username = me.username
-            self.users.signed_in(services, username)
-            services.verified_at = now
-        return AccessToken(token=token, client_id=username, scopes=[], subject=username,
-                           claims={"username": username})
+        known = self.users.known(token)
+        if known is not None and known.username is not None:
+            if now - known.verified_at < self.users.settings.auth_cache_s:
+                return _signed_in(token, known.username)
+            answer = await self._check(token, known, now)  # accepted before: asked again, never limited
+            if answer is None:
+                self.guesses.refusal(key_of(token))
+            return answer
+        key = key_of(token)
+        if self.guesses.refused(key):
+            return None
+        address = _client_address()
+        if wait := self.guesses.take(address):
+            return AccessToken(token=token, client_id="limited", scopes=[], claims={LIMITED: wait})
+        answer = await self._check(token, self.users.services(token), now)
+        if answer is not None:
+            self.guesses.accepted(address)
+        else:
+            self.guesses.refusal(key)
+        return answer
+
+    async def _check(self, token: str, services: Services, now: float) -> AccessToken | None:
+        """Ask Coder whose `token` is: None when refused (forgotten here), marked unverified when Coder cannot say."""
+        try:
+            me = await services.client.me()
+        except (ce.Unauthorized, ce.Forbidden):
+            self.users.forget(token)
+            return None
+        except ce.CoderError as exc:
+            log.warning("cannot check a caller's Coder token: %s", exc.message)
+            return AccessToken(token=token, client_id="unverified", scopes=[], claims={UNVERIFIED: True})
+        self.users.signed_in(services, me.username)
+        services.verified_at = now
+        return _signed_in(token, me.username)
+
+
+def _signed_in(token: str, username: str) -> AccessToken:
+    return AccessToken(token=token, client_id=username, scopes=[], subject=username, claims={"username": username})
+
+
+def _client_address() -> str | None:
+    """The address of the HTTP request being authenticated (as the trusted proxy forwards it), if any."""
+    try:
+        client = get_http_request().client
+    except RuntimeError:
+        return None
+    return client.host if client is not None else None
 
 
 def caller() -> str | None:

@@ -16,7 +16,7 @@ from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found
 from .fleet import Fleet, prompt, quietly, reported_task, settle, with_screen_prompt
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
-from .rules import FLEET_QUERY, NAME_RE, iso
+from .rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
@@ -176,6 +176,9 @@ class Waits:
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
                            current_task=(asked[-1] if asked and messages is not None else task),
                            problem=status.problem, latest_output=_preview(messages),
+                           last_turn=(live.last_turn if live and live.last_turn else status.last_turn),  # type: ignore[arg-type]
+                           cost_usd=live.last_cost_usd if live else None,
+                           changes_summary=live.changes_summary if live else None,
                            pending=prompt(status.pending) if status.value == "needs_input" else None)
 
     async def _details(self, driver: Driver) -> Details:
@@ -208,7 +211,7 @@ def _names(names: list[str], most: int = 100) -> list[str]:
     if len(names) > most:
         raise bad_request(f"At most {most} agents at once.", field="agent_names")
     unique = list(dict.fromkeys(names))
-    bad = [n for n in unique if not NAME_RE.match(n) or len(n) > 32]
+    bad = [n for n in unique if not valid_name(n)]
     if bad:
         raise not_found(f"No agent named {bad[0][:40]!r}.", agent_names=[b[:40] for b in bad])
     return unique

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,17 +21,44 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from processes import clean_env
+from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp.emulator.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
 
-__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "needs_sdk", "runner_env", "runner_process",
-           "scripted_api", "served"]
+__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "needs_sdk", "runner_env",
+           "runner_fleet", "runner_process", "scripted_api", "served"]
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
 WAIT_S = 20.0
 RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as the template does
+
+
+@asynccontextmanager
+async def runner_fleet(conformance, anthropic_base_url: str | None = None,
+                       **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
+    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner (talking to
+    `anthropic_base_url`, else the emulator's own scripted model)."""
+    from fastmcp import Client
+
+    from fleet_mcp.emulator import REAL_TIME, Emulator
+    from fleet_mcp.server import build_server
+
+    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner",
+                        anthropic_base_url=anthropic_base_url)
+    async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
+                                                           timeout=30) as coder:
+        transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
+        server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
+                                             cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
+        async with Client(server) as client:
+            yield Tools(client), coder
+
+
+async def disk(coder: httpx.AsyncClient, name: str) -> Path:
+    """The agent's workspace directory, where Claude Code works."""
+    return Path((await coder.get(f"/emulator/agents/{name}/runner")).json()["directory"]) / "work"
 
 
 @contextmanager

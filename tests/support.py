@@ -17,7 +17,7 @@ TOKEN = "demo-token"
 ALICE_TOKEN = "demo-token-alice"
 TOOLS = {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "delete_agent", "start_agent_task",
          "cancel_agent_task", "list_agent_roles", "list_agent_projects", "show_agent_log", "wait_for_agents",
-         "show_agents", "answer_agent", "get_agent_result", "stop_agent", "start_agent"}
+         "show_agents", "answer_agent", "get_agent_result", "stop_agent", "start_agent", "show_agent_diff"}
 
 
 def client_for(emulator: Emulator, conformance: Conformance, token: str | None = TOKEN) -> httpx.AsyncClient:

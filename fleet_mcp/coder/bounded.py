@@ -60,9 +60,10 @@ class _Inflater:
         self._started = False
 
     def feed(self, data: bytes) -> Iterator[bytes]:
-        """The decoded bytes of `data`, in pieces of at most `STEP` (identity: as given)."""
+        """The decoded bytes of `data`, in pieces of at most `STEP`."""
         if self._z is None:
-            yield data
+            for start in range(0, len(data), STEP):
+                yield data[start:start + STEP] if len(data) > STEP else data
             return
         while True:
             try:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from ..redaction import redact
 from .netcause import Kind
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "error_from_response", "redact",
 ]
 
-_REDACTED = "[REDACTED]"
 Cause = Kind | Literal["garbled", "oversized"]
 
 
@@ -155,15 +155,6 @@ class AppNotFound(AppProxyError):
 
 class PathAppsDisabled(AppProxyError):
     """Path-based apps are disabled on the deployment; only subdomain apps work."""
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with every occurrence of `secret` replaced.
-
-    Secrets shorter than 6 characters (never a real Coder token) are left alone:
-    replacing them would shred ordinary words.
-    """
-    return text.replace(secret, _REDACTED) if secret and len(secret) >= 6 and text else text
 
 
 _BY_STATUS: dict[int, type[CoderError]] = {

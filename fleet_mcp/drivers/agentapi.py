@@ -102,7 +102,10 @@ class AgentAPIDriver:
             lambda: self.client.app_request("GET", self._path("messages"), ConversationPage, limit="conversation"))
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+        if result_schema is not None:
+            raise NotSupported("A result_schema needs the runner (Claude Code's structured output); this agent "
+                               "runs on AgentAPI.")
         if if_busy == "queue":
             raise NotSupported("Queueing a task needs the runner; this agent runs on AgentAPI, which takes a task "
                                "only between turns. Use if_busy='reject' and send it when the agent is idle, or "
@@ -175,4 +178,7 @@ class AgentAPIDriver:
 
     async def results(self) -> list[TurnResult]:
         raise NotSupported("Turn results, cost and budgets need the runner; this agent runs on AgentAPI.")
+
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> None:
+        raise NotSupported("AgentAPI records no changes: diffs need the runner.")
 

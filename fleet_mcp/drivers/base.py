@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..coder import errors as ce
 
@@ -58,6 +58,9 @@ class Live:
     turns: int | None = None
     cost_usd: float | None = None
     model: str | None = None
+    last_turn: str | None = None  # succeeded | failed | interrupted (runner)
+    last_cost_usd: float | None = None
+    changes_summary: str | None = None  # "3 files, +120 −8" (runner)
     answered: tuple[Answered, ...] = ()  # prompts answered lately, newest last (runner)
 
     def answer_of(self, prompt_id: str) -> Answered | None:
@@ -89,6 +92,9 @@ class TurnResult:
     pull_request_url: str | None = None
     interrupted: bool = False
     subtype: str = ""
+    changes: Any = None  # the runner's change summary of the turn (drivers/runner.py parses it)
+    changes_unavailable: str | None = None
+    structured: Any = None
 
 
 class DriverError(Exception):
@@ -134,8 +140,9 @@ class Driver(Protocol):
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
-        """Send a task; True when it was queued rather than started. `Busy` when refused."""
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+        """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
+        started. `Busy` when refused."""
         ...
 
     async def interrupt(self) -> None:
@@ -153,6 +160,11 @@ class Driver(Protocol):
 
     async def results(self) -> list[TurnResult]:
         """Finished turns, oldest first; `NotSupported` where the program keeps none."""
+        ...
+
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> Any:
+        """A page of the diff of the last task or of everything since the start; `NotSupported` where the
+        program records no changes, `DriverError` (its reason) when it cannot give this one."""
         ...
 
 

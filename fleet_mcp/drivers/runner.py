@@ -7,7 +7,8 @@ turn's result itself (see specs/runner.md), so this side only reads and sends.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlencode
 
 from ..coder import errors as ce
 from ..coder.bounded import Limit
@@ -56,6 +57,55 @@ class _State(LenientModel):
     queued: int = 0
     turns: int = 0
     cost_usd: float = 0.0
+    last_turn: Literal["succeeded", "failed", "interrupted"] | None = None
+    last_cost_usd: float | None = None
+    changes_summary: str | None = None
+
+
+class _Commit(LenientModel):
+    sha: Text = ""
+    subject: Text = ""
+
+
+class _File(LenientModel):
+    path: Text = ""
+    change: Literal["added", "modified", "deleted", "renamed"] = "modified"
+    old_path: str | None = None
+    added_lines: int = 0
+    removed_lines: int = 0
+    binary: bool = False
+
+
+class _Changes(LenientModel):
+    repository: Text = ""
+    branch: str | None = None
+    start_commit: str | None = None
+    end_commit: str | None = None
+    commits: ListOf[_Commit] = []
+    commits_total: int = 0
+    files: ListOf[_File] = []
+    files_total: int = 0
+    added_lines: int = 0
+    removed_lines: int = 0
+    note: str | None = None
+
+
+class _DiffFile(LenientModel):
+    path: Text = ""
+    diff: Text = ""
+    truncated: bool = False
+    binary: bool = False
+    note: str | None = None
+
+
+class _Diff(LenientModel):
+    files: ListOf[_DiffFile] = []
+    patch: str | None = None
+    page: int = 1
+    pages: int = 1
+    files_total: int = 0
+    start_commit: str | None = None
+    end_commit: str | None = None
 
 
 class _Sent(LenientModel):
@@ -74,6 +124,9 @@ class _Result(LenientModel):
     finished_at: Timestamp = None
     pull_request_url: str | None = None
     interrupted: bool = False
+    changes: _Changes | None = None
+    changes_unavailable: str | None = None
+    structured: Any = None
 
 
 class _Results(LenientModel):
@@ -108,15 +161,19 @@ class RunnerDriver:
         pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
         return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,  # type: ignore[arg-type]
                     since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
-                    cost_usd=s.cost_usd, model=s.model, answered=tuple(a.answered() for a in s.answered))
+                    cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
+                    changes_summary=s.changes_summary, answered=tuple(a.answered() for a in s.answered))
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation")
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject") -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+        body: dict[str, Any] = {"content": text, "if_busy": if_busy}
+        if result_schema is not None:
+            body["result_schema"] = result_schema
         try:
-            sent: _Sent = await self._call("POST", "message", _Sent, {"content": text, "if_busy": if_busy})
+            sent: _Sent = await self._call("POST", "message", _Sent, body)
         except ce.Conflict as exc:
             raise Busy("The agent already has a running task.") from exc
         return sent.queued
@@ -146,7 +203,17 @@ class RunnerDriver:
         return [TurnResult(task=r.task, text=r.text, is_error=r.is_error, finished_at=r.finished_at,
                            num_turns=r.num_turns, duration_ms=r.duration_ms, cost_usd=r.total_cost_usd,
                            session_id=r.session_id, pull_request_url=r.pull_request_url,
-                           interrupted=r.interrupted, subtype=r.subtype) for r in page.results]
+                           interrupted=r.interrupted, subtype=r.subtype, changes=r.changes,
+                           changes_unavailable=r.changes_unavailable, structured=r.structured)
+                for r in page.results]
+
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> Any:
+        query = urlencode({"scope": scope, "format": fmt, "page": page, "page_size": page_size,
+                           **({"path": path} if path is not None else {})})
+        try:
+            return await self._call("GET", f"diff?{query}", _Diff)
+        except ce.BadRequest as exc:
+            raise DriverError(exc.message) from None
 
 
 async def _reachable(slug: str, call: Callable[[], Awaitable[T]], name: str) -> T:

@@ -10,6 +10,10 @@ markers in its latest user prompt, counting the tool uses made since that prompt
 - `[[edit:PATH]]`: one `Write` of PATH (relative to Claude's cwd);
 - `[[permission]]`: one `Bash` command writing `permitted.txt` through `sh -c` (a plain redirect
   counts as an edit under acceptEdits; `sh -c` makes Claude Code ask);
+- `[[commit]]`: after the edits, one `Bash` `git add -A && git commit` (Claude Code asks permission for it);
+- `[[json]]`: when Claude Code offers its `StructuredOutput` tool (a task with a result schema), the answer is
+  a call of it with an object made from the schema; `[[json:{"k":1}]]` calls it with that object (JSON
+  without spaces); `[[json:text]]` answers in text only;
 - `[[pr]]`: the final text names a pull request;
 - `[[fail]]`: the API answers an error (400, so Claude Code does not retry);
 - `[[hang]]`: the stream stays open, pinging, until the client goes away.
@@ -36,8 +40,11 @@ from starlette.routing import Route
 
 __all__ = ["Reply", "Script", "messages_app", "script_for"]
 
-MARKER = re.compile(r"\[\[(finish|pr|fail|hang|permission|edit)(?::([^\]\s]+))?\]\]")
+MARKER = re.compile(r"\[\[(finish|pr|fail|hang|permission|edit|commit|json)(?::([^\s]+?))?\]\](?!\])")
 PR_URL = "https://github.com/example/repo/pull/{}"
+# Texts Claude Code adds to a conversation itself: reminders, and its nudge towards StructuredOutput.
+ADDED = ("<system-reminder>", "[structured-output-enforce]", "[Request interrupted")
+STRUCTURED = "StructuredOutput"  # Claude Code's tool for an answer in a JSON Schema's shape
 REQUESTS_KEPT = 200
 PING_EVERY_S = 0.5
 # Per call: enough for Claude Code to price the turn above zero with any model it knows.
@@ -54,6 +61,8 @@ class Script:
     pr: bool = False
     fail: bool = False
     hang: bool = False
+    commit: bool = False
+    json: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> Script:
@@ -63,6 +72,8 @@ class Script:
                 values["steps"] = max(0, min(int(arg or 1), 50)) if (arg or "1").isdigit() else 1
             elif name == "edit":
                 values["edit"] = arg or "edited.txt"
+            elif name == "json":
+                values["json"] = arg
             else:
                 values[name] = True
         return cls(**values)
@@ -83,17 +94,14 @@ def _typed(content) -> list[str]:
     """The message's texts that are not reminders Claude Code adds."""
     texts = [content] if isinstance(content, str) else [
         b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
-    return [t for t in texts if isinstance(t, str) and not t.lstrip().startswith("<system-reminder>")]
+    return [t for t in texts if isinstance(t, str) and not t.lstrip().startswith(ADDED)]
 
 
 def _is_prompt(message: dict) -> bool:
     """A user message the person typed, not tool results or reminders Claude Code adds."""
     content = message.get("content")
-    if message.get("role") != "user":
-        return False
-    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
-        return False
-    return bool(_typed(content))
+    # A prompt sent after a failed turn comes merged into the message holding that turn's last tool results.
+    return message.get("role") == "user" and bool(_typed(content))
 
 
 def _tool_results_since(messages: list[dict]) -> tuple[str, list[dict]]:
@@ -118,19 +126,64 @@ def script_for(body: dict, pr_numbers: Callable[[], int]) -> Reply:
     if script.hang:
         return Reply(hang=True)
     done = len(results)
-    if script.permission and done == 0:
-        return Reply(tool="Bash", tool_input={"command": "sh -c 'echo permitted > permitted.txt'",
-                                              "description": "Write permitted.txt"})
-    if script.edit and done == 0:
-        return Reply(tool="Write", tool_input={"file_path": script.edit, "content": "edited by the scripted model\n"})
-    if not (script.permission or script.edit) and done < script.steps:
-        k = done + 1
-        return Reply(tool="Write", tool_input={"file_path": f"step-{k}.txt", "content": f"step {k}\n"})
+    plan = _plan(script)
+    if done < len(plan):
+        return plan[done]
+    structured = next((t for t in body.get("tools") or [] if isinstance(t, dict)
+                       and t.get("name") == STRUCTURED), None)
+    if structured is not None and script.json != "text":
+        return Reply(tool=STRUCTURED, tool_input=_answer(script.json, structured.get("input_schema") or {}))
     refused = [r for r in results if r.get("is_error")]
     text = f"Done after {done} tool use(s)." + (f" {len(refused)} refused." if refused else "")
     if script.pr:
         text += f" Opened {PR_URL.format(pr_numbers())}"
     return Reply(text=text)
+
+
+def _plan(script: Script) -> list[Reply]:
+    """The tool uses a turn makes, in order, before its final answer."""
+    plan = []
+    if script.permission:
+        plan.append(Reply(tool="Bash", tool_input={"command": "sh -c 'echo permitted > permitted.txt'",
+                                                   "description": "Write permitted.txt"}))
+    if script.edit:
+        plan.append(Reply(tool="Write", tool_input={"file_path": script.edit,
+                                                    "content": "edited by the scripted model\n"}))
+    if not (script.permission or script.edit):
+        plan += [Reply(tool="Write", tool_input={"file_path": f"step-{k}.txt", "content": f"step {k}\n"})
+                 for k in range(1, script.steps + 1)]
+    if script.commit:
+        plan.append(Reply(tool="Bash", tool_input={"command": "git add -A && git commit -q -m 'Scripted commit'",
+                                                   "description": "Commit the changes"}))
+    return plan
+
+
+def _answer(given: str | None, schema: dict) -> dict:
+    """The structured answer: the object the marker gives, else one made to fit `schema`."""
+    if given:
+        try:
+            return json.loads(given)
+        except ValueError:
+            return {"unparsed": given}
+    made = _instance(schema)
+    return made if isinstance(made, dict) else {"value": made}
+
+
+def _instance(schema: dict):
+    """A small value valid for a simple JSON Schema: enum or const first, then by type."""
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    declared = schema.get("type")
+    kind = str(declared[0] if isinstance(declared, list) and declared else declared)
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {k: _instance(v if isinstance(v, dict) else {}) for k, v in props.items()}
+    if kind == "array":
+        items: dict = schema["items"] if isinstance(schema.get("items"), dict) else {}
+        return [_instance(items) for _ in range(int(schema.get("minItems") or 0))]
+    return {"string": "scripted", "integer": 1, "number": 1.5, "boolean": True, "null": None}.get(kind, "scripted")
 
 
 def _sse(event: str, data: dict) -> bytes:

@@ -2,8 +2,8 @@
 
 A supervisor task (run in the emulator's lifespan) reconciles processes with
 the workspaces: an agent whose `fleet` app came up gets a runner in the
-workspace's scratch directory (its disk: `work/` and `home/` under a temporary
-directory the emulator owns); a stop build or a replaced agent stops it
+workspace's scratch directory (its disk: `work/`, a git repository seeded with a
+small project, and `home/` under a temporary directory the emulator owns); a stop build or a replaced agent stops it
 (SIGTERM, a bounded wait, then SIGKILL to its process group); a start brings a
 new one up in the same directory, which resumes from its state file; a delete
 removes the directory. The app's health follows the runner's `/health`. The
@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from starlette.responses import Response
 
+from .project import seed_repository
 from .seed import ROLE_PROMPTS
 from .state import Agent, Workspace
 
@@ -157,8 +158,8 @@ class Runners:
     async def _start(self, ws: Workspace, agent: Agent) -> None:
         assert self.root is not None
         disk = self.root / ws.id
-        (disk / "work").mkdir(parents=True, exist_ok=True)
         (disk / "home").mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(seed_repository, disk / "work")  # the project the agent works on
         log = disk / "runner.log"
         # Spawned here, not in a thread: a cancel (the emulator stopping) between the spawn and this
         # bookkeeping would leave a runner no one stops, in a session of its own.
@@ -181,6 +182,7 @@ class Runners:
             "FLEET_RUNNER_MODEL": params.get("fleet_mcp_model", ""),
             "FLEET_RUNNER_MAX_TURNS": params.get("fleet_mcp_max_turns", ""),
             "FLEET_RUNNER_MAX_COST_USD": params.get("fleet_mcp_max_cost_usd", ""),
+            "FLEET_RUNNER_RESULT_SCHEMA": params.get("fleet_mcp_result_schema", ""),
             "FLEET_RUNNER_PORT": "0",
             # As the template does: only the key's digest, and the hosts Coder's app proxy forwards with.
             "FLEET_RUNNER_KEY_SHA256": hashlib.sha256(params["fleet_mcp_runner_key"].encode()).hexdigest()
@@ -194,6 +196,8 @@ class Runners:
             "ANTHROPIC_API_KEY": "emulator",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "HOME": str(disk / "home"),
+            # As the template does: on the home volume, outside the project's git tree.
+            "FLEET_RUNNER_STATE_FILE": str(disk / "home" / ".fleet-runner" / "state.json"),
         }
         return {**env, **{k: v for k, v in chosen.items() if v}}
 

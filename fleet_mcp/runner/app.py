@@ -16,7 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from .changes import PAGE_MAX, DiffRefused
 from .session import Conflict, Conversation, StalePrompt
+from .typed import invalid_schema
 
 __all__ = ["BODY_MAX", "build_app"]
 
@@ -39,6 +41,14 @@ class MessageBody(BaseModel):
 
     content: str
     if_busy: Literal["reject", "queue", "interrupt"] = "reject"
+    result_schema: dict | None = None
+
+    @field_validator("result_schema")
+    @classmethod
+    def _a_schema(cls, value: dict | None) -> dict | None:
+        if value is not None and (why := invalid_schema(value)):
+            raise ValueError(why)
+        return value
 
     @field_validator("content")
     @classmethod
@@ -57,6 +67,16 @@ class AnswerBody(BaseModel):
     decision: Literal["allow", "deny"]
     prompt_id: str = Field(min_length=1, max_length=100)  # the prompt answered: never another one
     message: str = Field("", max_length=CONTENT_MAX)
+
+
+class DiffQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: Literal["task", "agent"] = "task"
+    path: str | None = Field(None, min_length=1, max_length=4096)
+    format: Literal["unified", "patch"] = "unified"
+    page: int = Field(1, ge=1, le=1_000_000)
+    page_size: int = Field(20, ge=1, le=PAGE_MAX)
 
 
 class EmptyBody(BaseModel):
@@ -106,7 +126,7 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def message(request: Request) -> JSONResponse:
         body = await _body(request, MessageBody)
-        queued = await c.send(body.content, body.if_busy)
+        queued = await c.send(body.content, body.if_busy, body.result_schema)
         await c.reporter.delivered()  # Coder shows the agent working before the sender hears "accepted"
         return JSONResponse({"accepted": True, "queued": queued, "state": c.state_json()}, status_code=202)
 
@@ -126,6 +146,17 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def results(request: Request) -> JSONResponse:
         return JSONResponse({"results": [asdict(r) for r in c.saved.results]})
+
+    async def diff(request: Request) -> JSONResponse:
+        try:
+            q = DiffQuery.model_validate(dict(request.query_params))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise BadRequest(400, "bad_request", problems) from None
+        try:
+            return JSONResponse(await c.changes.diff(q.scope, q.path, q.format, q.page, q.page_size))
+        except DiffRefused as exc:
+            raise BadRequest(400, exc.code, str(exc)) from None
 
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, BadRequest)
@@ -172,5 +203,6 @@ def build_app(conversation: Conversation) -> Starlette:
         Route("/answer", answer, methods=["POST"]),
         Route("/result", result, methods=["GET"]),
         Route("/results", results, methods=["GET"]),
+        Route("/diff", diff, methods=["GET"]),
     ], exception_handlers={BadRequest: bad_request, Conflict: conflict, HTTPException: http_error, Exception: crash},
         lifespan=lifespan)

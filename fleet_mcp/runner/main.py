@@ -82,6 +82,7 @@ def main(args: argparse.Namespace) -> int:
         settings = load(args)
         if settings.spec_file is not None:
             settings.first_prompt()
+        settings.first_schema()
         if not settings.workdir.is_dir():
             raise ValueError(f"workdir {settings.workdir} is not a directory")
     except ValidationError as exc:

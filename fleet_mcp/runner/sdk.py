@@ -40,8 +40,9 @@ def sandbox(mode: str) -> dict[str, Any] | None:
             "network": {"allowLocalBinding": False, "allowAllUnixSockets": False}}
 
 
-def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any) -> Any:
-    """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended."""
+def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any, result_schema: dict | None = None) -> Any:
+    """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended;
+    with `result_schema`, turns end in an object of that shape (Claude Code's StructuredOutput tool)."""
     from claude_agent_sdk import ClaudeAgentOptions
 
     prompt: dict[str, str] = {"type": "preset", "preset": "claude_code"}
@@ -51,6 +52,7 @@ def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any) -> 
                               permission_mode=settings.permission_mode, can_use_tool=can_use_tool, resume=resume,
                               model=settings.model, max_turns=settings.max_turns,
                               max_budget_usd=settings.max_cost_usd,
+                              output_format={"type": "json_schema", "schema": result_schema} if result_schema else None,
                               sandbox=sandbox(settings.sandbox))  # type: ignore[arg-type]
 
 

@@ -15,7 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import sdk
+from . import sdk, typed
+from .changes import ChangeLog, line
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
 from .store import Message, Result, Saved, Store, now_iso
@@ -69,6 +70,7 @@ class Conversation:
         self.store = store
         self.reporter = reporter
         self.saved: Saved = store.load()
+        self.changes = ChangeLog(settings.workdir, settings.state_path.parent)
         self.state = "starting"
         self.since = now_iso()
         self.error: str | None = None
@@ -84,6 +86,11 @@ class Conversation:
         self._closing = asyncio.Event()
         self._stopping = False
         self._tasks: set[asyncio.Task] = set()
+        self._schema: dict | None = None  # the result schema Claude Code was connected with
+        self._turn_schema: dict | None = None  # the running turn's
+        self._reader: asyncio.Task | None = None
+        self._switching = False
+        self._tool_error: str | None = None
 
     # --- what the HTTP layer reads and does --------------------------------------------------------------------
 
@@ -93,15 +100,26 @@ class Conversation:
                 "pending": self.pending.json() if self.pending else None, "answered": self.answered[-10:],
                 "error": self.error,
                 "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
-                "last_activity_at": self.last_activity_at}
+                "last_activity_at": self.last_activity_at, **self._last_turn_json()}
 
-    async def send(self, content: str, if_busy: str) -> bool:
-        """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused."""
+    def _last_turn_json(self) -> dict:
+        """The last turn at a glance: how it ended, its cost, and a line on what it changed."""
+        last = self.saved.results[-1] if self.saved.results else None
+        outcome = None if last is None else "interrupted" if last.interrupted else "failed" if last.is_error \
+            else "succeeded"
+        return {"last_turn": outcome, "last_cost_usd": last.total_cost_usd if last else None,
+                "changes_summary": line(last.changes) if last else None}
+
+    async def send(self, content: str, if_busy: str, result_schema: dict | None = None) -> bool:
+        """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused.
+        With `result_schema` the turn must end in an object of that shape (typed.py)."""
+        item: str | dict = content if result_schema is None else {"content": content, "result_schema": result_schema}
         if self.state == "idle" and not self.saved.queue:
-            self._begin(content)
+            self.saved.queue.append(item)
+            self._next()  # starts it, or reconnects first with the schema it asks for
             return False
         if if_busy == "queue" or self.state not in RUNNING:  # starting or error: delivered once connected
-            self.saved.queue.append(content)
+            self.saved.queue.append(item)
             self._save()
             if self.state not in RUNNING:  # Coder (and so every list) sees the work coming before it starts
                 self.reporter.working(content)
@@ -109,17 +127,17 @@ class Conversation:
             return True
         if if_busy == "reject":
             raise Conflict("busy", f"the agent is {self.state}; send with if_busy=queue or if_busy=interrupt")
-        self.saved.queue.insert(0, content)  # interrupt: this message goes next
+        self.saved.queue.insert(0, item)  # interrupt: this message goes next
         self._save()
         try:
             await self.interrupt()
         except Conflict:
-            self.saved.queue.remove(content)  # refused: nothing changed
+            self.saved.queue.remove(item)  # refused: nothing changed
             self._save()
             raise
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._turn_over.wait(), INTERRUPT_WAIT_S)
-        return content in self.saved.queue
+        return item in self.saved.queue
 
     async def interrupt(self) -> None:
         """The SDK's interrupt of the running turn; Conflict when none runs."""
@@ -165,20 +183,28 @@ class Conversation:
         while not self._closing.is_set():
             self._retry.clear()
             try:
-                options = sdk.options(self.settings, self.saved.session_id, self._can_use_tool)
+                spec = self.settings.first_prompt()
+                if spec and not self.saved.session_id and not self.saved.spec_sent:
+                    self.saved.spec_sent = True  # once: never again, even if this turn dies
+                    schema = self.settings.first_schema()
+                    self.saved.queue.insert(0, spec if schema is None else {"content": spec,
+                                                                           "result_schema": schema})
+                # Claude Code takes a result schema per session: connect with the next task's.
+                schema = typed.schema_of(self.saved.queue[0]) if self.saved.queue else None
+                options = sdk.options(self.settings, self.saved.session_id, self._can_use_tool, schema)
                 async with ClaudeSDKClient(options) as client:
-                    self._client = client
+                    self._client, self._schema = client, schema
                     self.error = None
                     self._set_state("idle")
-                    spec = self.settings.first_prompt()
-                    if spec and not self.saved.session_id and not self.saved.spec_sent:
-                        self.saved.spec_sent = True  # once: never again, even if this turn dies
-                        self.saved.queue.insert(0, spec)
                     self._next()
                     # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
-                    reader = asyncio.create_task(self._read(client))
+                    reader = self._reader = asyncio.create_task(self._read(client))
                     if await self._until_closing(reader):
                         return
+                if self._switching:  # left to connect again with the next task's result schema
+                    self._switching = False
+                    self.saved.session_cost_usd = 0.0  # a new Claude Code process counts its cost afresh
+                    continue
                 raise ConnectionError("Claude Code exited")
             except Exception as exc:  # noqa: BLE001 - any SDK or CLI failure: report it, wait for a retry
                 self._client = None
@@ -211,7 +237,15 @@ class Conversation:
 
     async def _read(self, client: Any) -> None:
         async for message in client.receive_messages():
-            self._on_message(message)
+            if sdk.is_result(message) and self.state in RUNNING:
+                await self._end_turn(self._result(message))
+            else:
+                self._on_message(message)
+
+    async def _end_turn(self, result: Result) -> None:
+        """Records what the turn changed in the repository (before anyone sees it idle), then ends it."""
+        result.changes, result.changes_unavailable = await self.changes.finish()
+        self._finish(result)
 
     async def _until_closing(self, task: asyncio.Task) -> bool:
         """Waits for `task` or `close()`; True (and `task` cancelled) when closing came first."""
@@ -219,15 +253,17 @@ class Conversation:
         await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
         closing.cancel()
         if task.done():
-            task.result()
+            if not task.cancelled():  # cancelled: `_switch` ended the reading, not a failure
+                task.result()
             return False
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         return True
 
-    def _begin(self, prompt: str) -> None:
+    def _begin(self, item: str | dict) -> None:
         """Marks a turn started (synchronously, so no second message slips in) and sends it."""
+        prompt, self._turn_schema, self._tool_error = typed.content(item), typed.schema_of(item), None
         self.current_task = prompt
         self._started_at = now_iso()
         self._interrupted = False
@@ -241,17 +277,30 @@ class Conversation:
 
     async def _query(self, prompt: str) -> None:
         try:
+            await self.changes.begin()  # before Claude Code hears the prompt, so the start point is clean
             await self._client.query(prompt)
         except Exception as exc:  # noqa: BLE001 - the turn fails with a result instead of hanging
             log.warning("could not send the prompt to Claude Code: %s", type(exc).__name__)
             self._finish(Result(task=prompt, text=f"Could not send the prompt: {type(exc).__name__}", is_error=True,
                                 subtype="send_failed", num_turns=0, duration_ms=0, total_cost_usd=None,
                                 session_id=self.saved.session_id or "", started_at=self._started_at,
-                                finished_at=now_iso(), pull_request_url=None, interrupted=False))
+                                finished_at=now_iso(), pull_request_url=None, interrupted=False,
+                                changes_unavailable="the prompt did not reach Claude Code"))
 
     def _next(self) -> None:
         if self.state == "idle" and self.saved.queue and self._client is not None and not self._stopping:
-            self._begin(self.saved.queue.pop(0))
+            if typed.schema_of(self.saved.queue[0]) != self._schema:
+                self._switch()
+            else:
+                self._begin(self.saved.queue.pop(0))
+
+    def _switch(self) -> None:
+        """Claude Code takes a result schema per session: leave it, to resume it with the next task's."""
+        if not self._switching and self._reader is not None:
+            self._switching = True
+            self._set_state("starting")
+            self.reporter.working(typed.content(self.saved.queue[0]))  # the task is under way: no wait ends here
+            self._reader.cancel()
 
     def _on_message(self, message: Any) -> None:
         self.last_activity_at = now_iso()
@@ -263,6 +312,8 @@ class Conversation:
             self._finish(self._result(message))
         else:
             for role, content in sdk.entries(message):
+                if role == "tool_result" and content.startswith("[error] "):
+                    self._tool_error = content.removeprefix("[error] ")[:500]  # why a typed answer was refused
                 self._add(role, content)
 
     def _result(self, m: Any) -> Result:
@@ -275,10 +326,16 @@ class Conversation:
             cost = m.total_cost_usd - before if m.total_cost_usd >= before else m.total_cost_usd
             self.saved.session_cost_usd = m.total_cost_usd
         self.saved.session_id = m.session_id or self.saved.session_id
-        return Result(task=self.current_task or "", text=text, is_error=bool(m.is_error), subtype=m.subtype,
+        structured, is_error, subtype = None, bool(m.is_error), m.subtype
+        if self._turn_schema is not None and not self._interrupted:
+            structured, failed = typed.outcome(self._turn_schema, getattr(m, "structured_output", None), subtype,
+                                               self._tool_error)
+            if failed:
+                text, is_error, subtype = failed, True, subtype if is_error else typed.FAILED
+        return Result(task=self.current_task or "", text=text, is_error=is_error, subtype=subtype,
                       num_turns=m.num_turns, duration_ms=m.duration_ms, total_cost_usd=cost,
                       session_id=m.session_id, started_at=self._started_at or now_iso(), finished_at=now_iso(),
-                      pull_request_url=pull_request_url(text), interrupted=self._interrupted)
+                      pull_request_url=pull_request_url(text), interrupted=self._interrupted, structured=structured)
 
     def _finish(self, result: Result) -> None:
         if self.state not in RUNNING:

@@ -28,6 +28,7 @@ class RunnerSettings(BaseSettings):
     app_slug: str = "fleet"
     spec: str = ""
     spec_file: Path | None = None
+    result_schema: str = ""  # JSON: the spec turn's result schema (typed.py), empty for none
     system_prompt: str = ""
     model: str | None = None
     max_turns: int | None = Field(None, ge=1)
@@ -72,6 +73,22 @@ class RunnerSettings(BaseSettings):
     @property
     def state_path(self) -> Path:
         return self.state_file or self.workdir / ".fleet-runner" / "state.json"
+
+    def first_schema(self) -> dict | None:
+        """The spec turn's result schema (FLEET_RUNNER_RESULT_SCHEMA), None when unset; ValueError when bad."""
+        import json
+
+        from .typed import invalid_schema
+
+        if not self.result_schema.strip():
+            return None
+        try:
+            schema = json.loads(self.result_schema)
+        except ValueError:
+            raise ValueError("FLEET_RUNNER_RESULT_SCHEMA is not JSON") from None
+        if why := invalid_schema(schema):
+            raise ValueError(f"FLEET_RUNNER_RESULT_SCHEMA: {why}")
+        return schema
 
     def first_prompt(self) -> str:
         """The spec: the text of --spec-file when given, else FLEET_RUNNER_SPEC."""

@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 __all__ = ["MESSAGES_KEPT", "RESULTS_KEPT", "Message", "Result", "Saved", "Store", "now_iso"]
 
@@ -49,6 +50,9 @@ class Result:
     finished_at: str
     pull_request_url: str | None
     interrupted: bool
+    changes: dict | None = None  # what the turn changed in the repository (changes.py), or None and why
+    changes_unavailable: str | None = None
+    structured: Any = None  # the validated answer when the task asked for a result_schema
 
 
 @dataclass
@@ -64,7 +68,7 @@ class Saved:
     next_message_id: int = 1
     messages: list[Message] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
-    queue: list[str] = field(default_factory=list)
+    queue: list[str | dict] = field(default_factory=list)  # a task's text, or {content, result_schema}
 
 
 class Store:
@@ -97,7 +101,8 @@ class Store:
             next_message_id=int(raw.get("next_message_id") or 1),
             messages=[Message(**m) for m in raw.get("messages", [])],
             results=[Result(**r) for r in raw.get("results", [])],
-            queue=[str(q) for q in raw.get("queue", [])])
+            queue=[q if isinstance(q, dict) and isinstance(q.get("content"), str) else str(q)
+                   for q in raw.get("queue", [])])
 
     def save(self, saved: Saved) -> None:
         del saved.messages[:-MESSAGES_KEPT]

@@ -221,6 +221,17 @@ data "coder_parameter" "max_cost_usd" {
   }
 }
 
+data "coder_parameter" "result_schema" {
+  name         = "fleet_mcp_result_schema"
+  display_name = "Result schema"
+  description  = "A JSON Schema the spec's answer must fit; empty: a plain answer."
+  type         = "string"
+  form_type    = "textarea"
+  mutable      = true
+  default      = ""
+  order        = 9
+}
+
 # The runner's key, made by fleet-mcp's create_agent. The runner is handed only its SHA-256
 # (FLEET_RUNNER_KEY_SHA256), so the key itself is in no file, environment or script of the workspace.
 data "coder_parameter" "runner_key" {
@@ -231,7 +242,7 @@ data "coder_parameter" "runner_key" {
   form_type    = "input"
   mutable      = true
   default      = ""
-  order        = 9
+  order        = 10
 }
 
 # --- roles: a preset per role sets fleet_mcp_role and nothing else ---
@@ -317,6 +328,7 @@ locals {
     FLEET_RUNNER_MODEL           = data.coder_parameter.model.value
     FLEET_RUNNER_MAX_TURNS       = data.coder_parameter.max_turns.value
     FLEET_RUNNER_MAX_COST_USD    = data.coder_parameter.max_cost_usd.value
+    FLEET_RUNNER_RESULT_SCHEMA   = data.coder_parameter.result_schema.value
     FLEET_RUNNER_WORKDIR         = local.workdir
     FLEET_RUNNER_STATE_FILE      = "/home/coder/.fleet-runner/state.json"
     FLEET_RUNNER_PORT            = tostring(local.runner_port)

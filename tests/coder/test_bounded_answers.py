@@ -146,3 +146,20 @@ def test_the_readme_states_every_cap():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     stated = {kind: int(mib) * 2**20 for kind, mib in re.findall(r"^\| `(\w+)`: .+ \| (\d+) MiB \|$", readme, re.M)}
     assert stated == bounded.LIMITS
+
+
+async def test_an_event_stream_is_read_up_to_its_cap():
+    """An agent's event stream (AgentAPI's `/events`) that never stops talking ends with `Oversized` at 1 MiB."""
+    line = b"data: " + b"x" * 1000 + b"\n\n"
+
+    async def chatty(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": line * 2100})  # 2 MiB: ASGITransport buffers it whole
+
+    seen = 0
+    async with fleet_settings(retry_budget_s=0).coder_client(httpx.ASGITransport(app=chatty)) as coder:
+        with pytest.raises(ce.Oversized, match="over 1 MiB"):
+            async with coder.app_lines("/@demo/a1.main/apps/ccw/events") as lines:
+                async for text in lines:
+                    seen += len(text) + 1
+    assert 0.9 * 2**20 < seen <= 2**20

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,6 +22,10 @@ needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not inst
 WAIT_S = 90.0
 RUNNER_PARAMS = ["fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"]
 KEY = "emulator-test-key"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
 def gone(pid: int) -> bool:
@@ -104,6 +109,10 @@ async def test_real_runners_follow_their_workspaces(conformance):
         runner = (await coder.get("/emulator/agents/agent-1/runner")).json()
         disk = Path(runner["directory"])
         assert (disk / "work" / "notes.txt").is_file()  # Claude Code wrote it in the workspace's directory
+        work = disk / "work"  # a git repository seeded with the small project: the edit is a real change
+        assert git(work, "log", "--format=%s") == "Seed: a tiny calculator\n" and git(work, "branch", "--show-current") == "main\n"
+        assert git(work, "status", "--porcelain") == "?? notes.txt\n"
+        assert first["changes_summary"] == "1 file, +1 −0"
         shown = (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()
         fleet_app = shown["latest_build"]["resources"][0]["agents"][0]["apps"][0]
         assert fleet_app["health"] == "healthy"
@@ -113,7 +122,7 @@ async def test_real_runners_follow_their_workspaces(conformance):
         await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "stop"})
         await until(lambda: _status(coder, ws["id"], "stopped"), "the stop build")
         await until(lambda: _true(gone(runner["pid"])), "the runner to exit")
-        assert (disk / "work" / ".fleet-runner" / "state.json").is_file()  # the disk stays
+        assert (disk / "home" / ".fleet-runner" / "state.json").is_file()  # the disk stays
 
         await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "start"})
 

@@ -80,7 +80,8 @@ def test_list_agents_asks_coder_the_same_few_requests_whatever_the_fleet_size(fi
 
 def test_every_target_has_a_verdict_and_n_a_means_the_tool_is_missing(figures):
     t, missing = figures["targets"], set(figures["tools_missing"])
-    assert set(t) == ISSUE_11 | set(ISSUE_13) | {"list_agents_requests", "list_agents_100_wall_ms"}
+    assert set(t) == ISSUE_11 | set(ISSUE_13) | {"list_agents_requests", "list_agents_100_wall_ms", "change_summary_ms"}
+    assert number(figures["change_summary_ms"], 1, 60_000) and figures["change_files_total"] == 100
     assert all({"value", "target", "source", "pass"} <= set(v) for v in t.values())
     for name, verdict in t.items():
         if name in ISSUE_13 and ISSUE_13[name] in missing:

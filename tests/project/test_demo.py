@@ -11,8 +11,9 @@ import sys
 import time
 
 STEPS = ["1. Projects", "2. Roles", "3. Create two agents", "4. Wait for the builder's spec", "5. Show the builder",
-         "6. The builder's result", "7. A follow-up that asks permission", "8. Answer it", "9. Task history",
-         "10. Conversation log", "11. Cancel the sleeper's task", "12. Delete both agents"]
+         "6. The builder's result", "7. A follow-up that asks permission", "8. Answer it",
+         "9. Review the builder's work", "10. A typed answer", "11. Task history", "12. Conversation log",
+         "13. Cancel the sleeper's task", "14. Delete both agents"]
 
 
 def test_demo_tours_every_tool_in_under_a_minute(tmp_path):
@@ -69,3 +70,5 @@ def test_with_the_runner_installed_the_demo_runs_the_real_claude_code(tmp_path):
     assert "the agents are the real Claude Code" in out
     assert "Write: step-" in out and "Bash: " in out  # Claude Code's own tools ran in the workspace directory
     assert "runner" in out and "total_cost_usd" in out
+    assert "show_agent_diff builder scope=agent" in out and "step-1.txt" in out  # the builder's work, as a diff
+    assert "'ready': True" in out and "'risk': 'low'" in out  # the typed answer, validated

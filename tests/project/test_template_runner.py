@@ -24,7 +24,7 @@ from processes import free_port
 from runners import HAS_SDK, needs_sdk
 
 import fleet_mcp
-from fleet_mcp.rules import MAX_COST, MAX_TURNS, MODEL, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC
+from fleet_mcp.rules import MAX_COST, MAX_TURNS, MODEL, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.runner.door import verifier_of
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.settings import Settings
@@ -97,6 +97,7 @@ def test_the_runner_environment(doc: dict, locals_: dict) -> None:
         "FLEET_RUNNER_MODEL": parameter_ref(params[MODEL]),
         "FLEET_RUNNER_MAX_TURNS": parameter_ref(params[MAX_TURNS]),
         "FLEET_RUNNER_MAX_COST_USD": parameter_ref(params[MAX_COST]),
+        "FLEET_RUNNER_RESULT_SCHEMA": parameter_ref(params[RESULT_SCHEMA]),
         "FLEET_RUNNER_WORKDIR": "local.workdir",
         "FLEET_RUNNER_STATE_FILE": STATE_FILE,
         "FLEET_RUNNER_PORT": "tostring(local.runner_port)",

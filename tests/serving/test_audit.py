@@ -17,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
 from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
-from fleet_mcp.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut
+from fleet_mcp.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
 from fleet_mcp.server import build_server
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
@@ -184,3 +184,29 @@ async def test_a_token_in_any_case_is_redacted(audited, audit_path):
     text = audit_path.read_text()
     assert AUTH_TOKEN.lower() not in text.lower() and TOKEN.lower() not in text.lower()
     assert text.count(REDACTED) == 3
+
+
+# --- every record is one line for any reader; the per-user caller's token is redacted too (issue 25, item 1) -------
+
+BREAKS = "\u2028\u2029\u0085"  # what str.splitlines, JavaScript and many log viewers take for the end of a line
+
+
+async def test_line_and_paragraph_separators_never_reach_the_file_raw(audited, audit_path):
+    name = f"a{BREAKS[0]}b{BREAKS[1]}c{BREAKS[2]}d\x0be"
+    await audited("show_agent", agent_name=name)
+    await audited("start_agent_task", agent_name="ghost", task_description=f"first{BREAKS}second — ünïcode")
+    text = audit_path.read_text(encoding="utf-8")
+    assert not set(BREAKS) & set(text)
+    assert "ünïcode —" not in text and "— ünïcode" in text  # other text stays readable, not \u-escaped
+    lines = text.splitlines()
+    assert len(lines) == 2 and text.count("\n") == 2
+    first, second = (json.loads(line) for line in lines)
+    assert first["arguments"]["agent_name"] == name  # escaped in the file, the same text once parsed
+    assert second["arguments"]["task_description"] == f"first{BREAKS}second — ünïcode"
+    assert audit_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_lone_surrogate_is_escaped_not_a_failed_write():
+    line = line_of({"arguments": {"name": "x\ud800y\udfffz"}})
+    line.encode("utf-8")  # would raise for a raw lone surrogate: the record would be lost
+    assert json.loads(line)["arguments"]["name"] == "x\ud800y\udfffz"

@@ -123,3 +123,24 @@ def test_two_replicas_behind_nginx_two_users_one_replica_stopped(tmp_path, capsy
     for name, lines in per_replica.items():
         assert {line["user"] for line in lines} == set(USERS), (name, Counter(line["user"] for line in lines))
     assert per_user == {user: load.total // len(USERS) + 1 for user in USERS}
+
+
+def test_through_nginx_healthz_answers_and_a_spoofed_client_address_does_not_escape_the_limit(tmp_path, capsys):
+    """deploy/nginx.conf passes /healthz on, and replaces whatever X-Forwarded-For a client sends with its own
+    address: a guesser changing that header each time still meets the per-address limit (10 a minute)."""
+    import httpx
+    from processes import INIT, MCP_HEADERS
+
+    with ExitStack() as stack:
+        coder = stack.enter_context(emulator_process())
+        replica = stack.enter_context(per_user_server(tmp_path, coder.url))
+        base = stack.enter_context(nginx_process(tmp_path, SITE.read_text(), [replica.port, replica.port]))
+        with httpx.Client(timeout=10) as http:
+            health = http.get(base + "/healthz")
+            statuses = Counter(http.post(base + "/mcp", json=INIT, headers={
+                **MCP_HEADERS, "Authorization": f"Bearer guess-{n}", "X-Forwarded-For": f"198.51.100.{n}"}).status_code
+                for n in range(30))
+    with capsys.disabled():
+        print(f"\nnginx: /healthz {health.status_code} {health.text}; 30 guesses with spoofed addresses: {dict(statuses)}")
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert statuses == {401: 10, 429: 20}

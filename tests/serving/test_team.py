@@ -73,6 +73,31 @@ async def test_each_user_sees_and_touches_only_their_own_fleet(server):
     assert TOKEN not in audit and ALICE_TOKEN not in audit  # no token in the audit log or the server's log
 
 
+async def test_the_callers_own_token_and_raw_line_breaks_never_reach_the_audit_log(server, capsys):
+    """Issue 25 item 1: per-user mode has no server token to redact; the caller's own is, in any case (and any
+    signed-in user's), and every record stays one line for a strict JSON-lines reader (str.splitlines included)."""
+    pasted = [ALICE_TOKEN, ALICE_TOKEN.upper(), ALICE_TOKEN.title(), TOKEN.upper()]  # the last: demo's, signed in
+    async with http_tools(server.url, TOKEN) as demo_client, http_tools(server.url, ALICE_TOKEN) as client:
+        await Tools(demo_client)("list_agent_projects")
+        alice = Tools(client)
+        for variant in pasted:
+            await alice.error("show_agent", agent_name=f"x{variant}y")
+        await alice.error("start_agent_task", agent_name="ghost",
+                          task_description=f"token {ALICE_TOKEN}\u2028then\u2029more\u0085end")
+    text = server.audit.read_text(encoding="utf-8")
+    records = [json.loads(line) for line in text.splitlines()]  # every line parses
+    assert len(records) == text.count("\n")
+    mine = [r for r in records if r["user"] == "alice" and r["tool"] in ("show_agent", "start_agent_task")
+            and "[redacted]" in json.dumps(r)]
+    assert [r["arguments"].get("agent_name") for r in mine[:4]] == ["x[redacted]y"] * 4
+    assert mine[4]["arguments"]["task_description"] == "token [redacted]\u2028then\u2029more\u0085end"
+    tokens = text.lower().count(TOKEN.lower())  # alice's token starts with demo's: both counted
+    raw = sum(text.count(c) for c in "\u2028\u2029\u0085")
+    with capsys.disabled():
+        print(f"\naudit (per-user): {len(records)} records, {tokens} caller tokens, {raw} raw line separators")
+    assert tokens == 0 and raw == 0
+
+
 @pytest.mark.parametrize("token", [None, "not-a-coder-token", TOKEN + "-expired"])
 def test_a_missing_or_invalid_token_is_401_on_every_path(server, token):
     headers = {"Authorization": f"Bearer {token}"} if token else {}

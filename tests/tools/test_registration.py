@@ -14,7 +14,7 @@ from fleet_mcp.users import Services
 
 # Written out, not derived from the hints: a tool that changes the fleet must never appear here by accident.
 READING = {"list_agents", "show_agent", "show_agents", "show_agent_task_history", "show_agent_log",
-           "get_agent_result", "wait_for_agents", "list_agent_roles", "list_agent_projects"}
+           "get_agent_result", "show_agent_diff", "wait_for_agents", "list_agent_roles", "list_agent_projects"}
 
 
 @pytest.fixture

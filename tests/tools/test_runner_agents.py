@@ -7,44 +7,13 @@ test walks a whole story.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-
-import httpx
 import pytest
-from fastmcp import Client
-from runners import needs_sdk, served
-from support import TOKEN, CheckedTransport, Tools, fleet_settings
+from runners import disk, needs_sdk, runner_fleet, served
 
-from fleet_mcp.emulator import REAL_TIME, Emulator
 from fleet_mcp.emulator.anthropic import Reply, messages_app, script_for
-from fleet_mcp.emulator.app import running
-from fleet_mcp.server import build_server
 
 pytestmark = needs_sdk
 WAIT = {"timeout_s": 90}
-
-
-@asynccontextmanager
-async def runner_fleet(conformance, anthropic_base_url: str | None = None,
-                       **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
-    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner (talking to
-    `anthropic_base_url`, else the emulator's own scripted model)."""
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner",
-                        anthropic_base_url=anthropic_base_url)
-    async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
-                                                           timeout=30) as coder:
-        transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
-        server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
-                                             cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
-        async with Client(server) as client:
-            yield Tools(client), coder
-
-
-async def disk(coder: httpx.AsyncClient, name: str) -> Path:
-    """The agent's workspace directory, where Claude Code works."""
-    return Path((await coder.get(f"/emulator/agents/{name}/runner")).json()["directory"]) / "work"
 
 
 async def test_a_runner_agent_through_its_turns(conformance):

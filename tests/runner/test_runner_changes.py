@@ -1,0 +1,46 @@
+"""What a task changed, as the runner records it: the real Claude Code edits and commits in a git repository
+(the emulator's seed project), and the runner's `changes` and `/diff` agree with git."""
+
+from __future__ import annotations
+
+import subprocess
+
+from runners import needs_sdk, runner_process
+
+from fleet_mcp.emulator.project import seed_repository
+
+pytestmark = needs_sdk
+
+
+def git(repo, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_an_edit_and_a_commit_are_recorded_as_git_sees_them(tmp_path, api):
+    work = tmp_path / "work"
+    seed_repository(work)
+    seed = git(work, "rev-parse", "HEAD").strip()
+    with runner_process(tmp_path, api.url, workdir=work,
+                        FLEET_RUNNER_STATE_FILE=str(tmp_path / "state" / "state.json")) as runner:
+        runner.wait_for(lambda s: s["state"] == "idle")
+        assert runner.post("/message", {"content": "Rewrite calc [[edit:calc.py]] [[commit]]"}).status_code == 202
+        asked = runner.wait_for(lambda s: s["state"] == "needs_input", what="the commit's permission")
+        assert asked["pending"]["tool"] == "Bash" and "git commit" in asked["pending"]["summary"]
+        assert runner.post("/answer", {"decision": "allow"}).status_code == 200
+        state = runner.wait_turns(1)
+        result = runner.get("/result").json()["result"]
+        changes = result["changes"]
+        head = git(work, "rev-parse", "HEAD").strip()
+        assert changes["start_commit"] == seed and changes["end_commit"] == head != seed
+        assert changes["branch"] == "main" and changes["repository"] == str(work)
+        assert changes["commits"] == [{"sha": head, "subject": "Scripted commit"}]
+        numstat = git(work, "diff", "--numstat", seed, head).split()
+        assert [f["path"] for f in changes["files"]] == ["calc.py"] and changes["files"][0]["change"] == "modified"
+        assert [changes["added_lines"], changes["removed_lines"]] == [int(numstat[0]), int(numstat[1])]
+        assert state["changes_summary"] == f"1 file, +{numstat[0]} −{numstat[1]}, 1 commit"
+        assert state["last_turn"] == "succeeded" and state["last_cost_usd"] > 0
+        assert git(work, "status", "--porcelain") == ""  # the runner left nothing in the repository's view
+
+        diff = runner.get("/diff?format=patch").json()
+        assert diff["files"][0]["path"] == "calc.py" and not diff["files"][0]["truncated"]
+        assert diff["patch"] == git(work, "diff", "--full-index", seed, head)
