@@ -201,15 +201,16 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import build_server
     from .serving import serve_http, serve_stdio
 
-    server = build_server(settings, transport=transport, user=who.user)
+    stopping = asyncio.Event()  # set on the first signal (or stdin's end): waits in flight answer at once
+    server = build_server(settings, transport=transport, user=who.user, stopping=stopping)
     gc.freeze()
     gc.enable()
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
     try:
         if sock is not None:
-            asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit))
+            asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit, stopping=stopping))
         else:
-            asyncio.run(serve_stdio(server, log_level=settings.log_level))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level, stopping=stopping))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it

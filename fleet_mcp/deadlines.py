@@ -23,8 +23,9 @@ def deadline_of_a_read(s: Settings, _: dict[str, Any]) -> float:
 
 
 def create(s: Settings, _: dict[str, Any]) -> float:
-    """The reads before it, the create itself, and the look for its workspace after an ambiguous failure."""
-    return 2 * s.request_timeout_s + s.retry_budget_s + s.create_adopt_wait_s + MARGIN_S
+    """The reads before it, the create itself, the look for its workspace after an ambiguous failure, and the
+    cap's confirmation with its take-back (fleet_mcp/cap.py)."""
+    return 2 * s.request_timeout_s + s.retry_budget_s + 2 * s.create_adopt_wait_s + s.delete_wait_s + MARGIN_S
 
 
 def build(s: Settings, _: dict[str, Any]) -> float:

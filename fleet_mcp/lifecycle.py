@@ -7,15 +7,16 @@ import functools
 import json
 import secrets
 
+from .cap import Cap, Tally
 from .coder import errors as ce
 from .coder.client import Transition
 from .coder.schemas import RichParameter, Template, Workspace
-from .errors import FleetError, bad_request, conflict, unexpected
+from .errors import FleetError, bad_request, unexpected
 from .fleet import Fleet, agent_answer, settle
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .rules import (
-    FLEET_QUERY, MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS,
-    SPEC, TASK, check_name, check_result_schema, check_text, valid_name,
+    MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
+    check_name, check_result_schema, check_text, valid_name,
 )
 from .status import list_status
 
@@ -30,6 +31,7 @@ class Lifecycle:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.settings = fleet.settings
+        self.cap = Cap(fleet.client, fleet.builds, fleet.settings)
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
@@ -39,7 +41,7 @@ class Lifecycle:
         if result_schema is not None:
             check_result_schema(result_schema)
         catalog = self.fleet.catalog
-        counting = asyncio.ensure_future(self._count())  # the cap's count goes along with the first lookup
+        counting = asyncio.ensure_future(self.cap.tally())  # the cap's count goes along with the first lookup
         attempt = functools.partial(self._create, name, project, role, spec, counting, autostop_minutes, model,
                                     max_turns, max_cost_usd, result_schema)
         try:
@@ -53,7 +55,7 @@ class Lifecycle:
         finally:
             settle(counting)
 
-    async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[int],
+    async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[Tally],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
                       max_cost_usd: float | None, result_schema: dict | None, *, cached: bool) -> CreatedAgent | None:
         """One try; with `cached`, None where what the cached listing said proves wrong (to be tried afresh)."""
@@ -69,7 +71,7 @@ class Lifecycle:
             return None
         except FleetError as exc:
             raise bad_request(exc.message, **(exc.details or {})) from None
-        self._check_cap(await counting)
+        self.cap.check(await counting)
         try:
             choices = await catalog.role_choices(template, params)
         except refuses:
@@ -100,24 +102,12 @@ class Lifecycle:
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
         except refuses:
             return None
+        await self.cap.confirm(ws)  # a concurrent create (any replica) may have taken the last place
         # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
         agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")
-
-    def _check_cap(self, count: int) -> None:
-        cap = self.settings.max_agents
-        if cap and count >= cap:
-            agents = "1 agent" if count == 1 else f"{count} agents"
-            raise conflict(f"The fleet has {agents}, its cap (FLEET_MCP_MAX_AGENTS={cap}). Delete agents that "
-                           "are done (list_agents shows each one's last_activity_at; stopped ones cost nothing "
-                           "running but still count), then create again.", agents=count, max_agents=cap)
-
-    async def _count(self) -> int:
-        if not self.settings.max_agents:
-            return 0
-        return (await self.fleet.client.workspaces(FLEET_QUERY, limit=1)).count
 
     def _ttl_ms(self, template: Template, minutes: int | None) -> int | None:
         chosen = minutes if minutes is not None else self.settings.autostop_minutes

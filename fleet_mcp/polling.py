@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from .errors import unavailable
 
-__all__ = ["DEADLINE", "current_deadline", "poll_until", "within"]
+__all__ = ["DEADLINE", "current_deadline", "last_probe_s", "poll_until", "until", "within"]
 
 T = TypeVar("T")
 
@@ -26,19 +26,29 @@ def current_deadline() -> float | None:
 
 
 HURRIED_INTERVAL_S = 0.1
+LAST_PROBE_S = 1.0  # the most the last probe, the one at the deadline, is given
+
+
+def last_probe_s(interval_s: float) -> float:
+    """How long past its `timeout_s` a wait polling every `interval_s` may run: its last probe's time."""
+    return min(interval_s, LAST_PROBE_S)
 
 
 async def poll_until(probe: Callable[[], Awaitable[T | None]], *, timeout_s: float, interval_s: float,
                      hurry: asyncio.Event | None = None) -> T | None:
     """Call `probe` until it answers something other than None; None once `timeout_s` has passed.
 
-    The first probe runs at once; no sleep reaches past the deadline, and one last probe runs at it. Once
-    `hurry` is set (the server is stopping) the pause between probes shrinks to a tenth of a second.
+    The first probe runs at once; no sleep reaches past the deadline, and one last probe runs at it. Each
+    probe, its requests and their retries get at most the time left (the last one `last_probe_s`): one cut
+    there counts as None, so the whole wait is over within `timeout_s + last_probe_s(interval_s)` whatever
+    the requests inside do. Once `hurry` is set (the server is stopping) the pause between probes shrinks
+    to a tenth of a second.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    end = deadline + last_probe_s(interval_s)
     while True:
-        result = await probe()
+        result = await _bounded(probe, end)
         if result is not None:
             return result
         left = deadline - loop.time()
@@ -52,6 +62,29 @@ async def poll_until(probe: Callable[[], Awaitable[T | None]], *, timeout_s: flo
         else:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(hurry.wait(), pause)
+
+
+async def _bounded(probe: Callable[[], Awaitable[T | None]], end: float) -> T | None:
+    """One probe, over by loop time `end`; None if it was cut there."""
+    try:
+        async with until(end) as scope:
+            return await probe()
+    except TimeoutError:
+        if scope.expired():
+            return None
+        raise
+
+
+@asynccontextmanager
+async def until(end: float) -> AsyncIterator[asyncio.Timeout]:
+    """Inside, requests and their retries are over by loop time `end`: TimeoutError when the block is cut there."""
+    outer = DEADLINE.get()
+    token = DEADLINE.set(end if outer is None else min(outer, end))
+    try:
+        async with asyncio.timeout_at(end) as scope:
+            yield scope
+    finally:
+        DEADLINE.reset(token)
 
 
 @asynccontextmanager

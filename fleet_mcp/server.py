@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import nullcontext
@@ -25,13 +26,14 @@ FINISH_S = 10.0  # at shutdown, what a delete that has cancelled a build gets to
 
 
 def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
-                 user: str | None = None) -> FastMCP:
+                 user: str | None = None, stopping: asyncio.Event | None = None) -> FastMCP:
     """The fleet MCP server for one Coder deployment (`transport` lets tests reach an in-process emulator).
 
     With `settings.audit_log` set, every tool call is also written to that file, one JSON line each (`user`:
     the token's Coder username when start-up learnt it, else each caller's). With
     `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`). With
-    `settings.read_only` only the tools that change nothing are served.
+    `settings.read_only` only the tools that change nothing are served. `stopping`, set by the serving loop
+    when the server begins to stop, ends the waits in flight.
     """
     middleware: list[Middleware] = [Envelope()]
     audit = None
@@ -42,7 +44,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token],
                          user=user)
         middleware.insert(0, audit)
-    users = Users(settings, transport) if settings.auth == "coder" else None
+    users = Users(settings, transport, stopping) if settings.auth == "coder" else None
 
     @lifespan
     async def open_client(server: FastMCP) -> AsyncIterator[dict]:
@@ -54,7 +56,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
                     finally:
                         await users.aclose(finish_s=FINISH_S)
                 else:
-                    services = Services.open(settings, transport)
+                    services = Services.open(settings, transport, stopping)
                     async with services.client:
                         try:
                             yield {"services": services}

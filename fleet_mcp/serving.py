@@ -9,9 +9,13 @@ signal stops waiting for the calls in flight.
   signal, or once the client closes stdin, no new line is handed to the server;
   once every request handed on has been answered (or the grace is over) the
   server sees the end of its input and leaves as usual.
-- HTTP: uvicorn, with its own signal handling made to drain first: GET streams
-  (which only wait for server messages) end, new requests get 503, and uvicorn
-  waits up to `GRACE_S` for the requests in flight before the lifespan ends.
+- HTTP: uvicorn, with its own signal handling made to drain first: the socket
+  stops listening at once (new connections are refused, so a balancer sends
+  them to another replica), GET streams (which only wait for server messages)
+  end, requests on connections already open get 503, and uvicorn waits up to
+  `GRACE_S` for the requests in flight before the lifespan ends.
+- Both: waits in flight (`wait_for_agents`) answer `unavailable` at once with
+  a hint to wait again, rather than holding the stop or being cut.
 """
 
 from __future__ import annotations
@@ -55,12 +59,14 @@ def _ignore_late_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-async def serve_stdio(server: FastMCP, grace: float = GRACE_S, log_level: str | None = None) -> None:
-    """Serve MCP on stdin/stdout (FastMCP's own runner) until stdin ends or a signal stops it, gracefully."""
+async def serve_stdio(server: FastMCP, grace: float = GRACE_S, log_level: str | None = None,
+                      stopping: asyncio.Event | None = None) -> None:
+    """Serve MCP on stdin/stdout (FastMCP's own runner) until stdin ends or a signal stops it, gracefully;
+    `stopping` is set as the stop begins."""
     from .stdio import StdioGate
 
     loop = asyncio.get_running_loop()
-    gate = StdioGate(loop)
+    gate = StdioGate(loop, stopping)
     with _on_signals(loop, lambda sig: gate.stop(f"{signal.Signals(sig).name} received")), gate.installed():
         ender = asyncio.create_task(gate.end_input_when_drained(grace))
         try:
@@ -72,12 +78,12 @@ async def serve_stdio(server: FastMCP, grace: float = GRACE_S, log_level: str | 
 # --- HTTP ----------------------------------------------------------------------------
 
 async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socket.socket,
-                     grace: float = GRACE_S, fd_limit: int = 1024) -> None:
+                     grace: float = GRACE_S, fd_limit: int = 1024, stopping: asyncio.Event | None = None) -> None:
     """Serve streamable HTTP at /mcp on `sock` (bound to `host`) until a signal stops the server gracefully.
 
     Connections are guarded (`connections.ConnectionGuard`): idle and half-sent ones time out, at most
     `FLEET_MCP_HTTP_MAX_CONNECTIONS` (and `fd_limit` minus a headroom) are open, loop errors such as
-    failed accepts are logged once per interval with a count.
+    failed accepts are logged once per interval with a count. `stopping` is set as the stop begins.
     """
     import math
 
@@ -109,7 +115,16 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
             loop.call_soon_threadsafe(log.info, "%s received: finishing the requests in flight, then stopping",
                                       signal.Signals(sig).name)
             super().handle_exit(sig, frame)
+            # Refused connections first (a balancer then sends new requests elsewhere, as it may for a request
+            # no replica received), then the drain and the waits cut short, whose callers ask again.
+            loop.call_soon_threadsafe(self.stop_listening)
             loop.call_soon_threadsafe(drain.start)
+            if stopping is not None:
+                loop.call_soon_threadsafe(stopping.set)
+
+        def stop_listening(self) -> None:
+            for listener in getattr(self, "servers", []):
+                listener.close()
 
         def hurry(self) -> None:
             log.warning("second signal: cancelling %d request(s) in flight", len(self.server_state.tasks))

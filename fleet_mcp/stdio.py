@@ -7,11 +7,14 @@ descriptors in two threads, so that:
 - a stop (a signal, or the client closing stdin) hands no new line on, waits
   until every request handed on has been answered (for up to the grace), and
   only then ends the server's input — the runner then leaves its lifespan;
-- a line that cannot be read (not JSON, not UTF-8) is answered with JSON-RPC's
-  parse error, and a message that is not one JSON-RPC request, notification or
-  response (a batch, an id that is neither a string nor an integer such as
-  `7.0`, `true`, `null`) with an invalid-request error; neither reaches the
-  server, so none can hold up a stop. Each kind is logged once;
+- a line that cannot be read (not JSON, not UTF-8, or a string holding a lone
+  UTF-16 surrogate such as `"\ud800"`, which Python's `json` takes and the
+  server's reader does not) is answered with JSON-RPC's parse error, with the
+  request's id wherever it can be read so the caller is not left waiting; a
+  message that is not one JSON-RPC request, notification or response (a batch,
+  an id that is neither a string nor an integer such as `7.0`, `true`, `null`)
+  with an invalid-request error; neither reaches the server, so none can hold
+  up a stop. Each kind is logged once;
 - stray text written to stdout (not a JSON-RPC line) goes to stderr, off the wire.
 """
 
@@ -28,6 +31,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+import pydantic_core
 
 __all__ = ["StdioGate"]
 
@@ -51,15 +56,26 @@ def _error(request_id: object, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
+def _readable_id(line: bytes) -> object:
+    """The id of a request the server cannot read, where a lenient reading finds one; else None."""
+    try:
+        message = json.loads(line.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return request_id if isinstance(request_id, int | str) and not isinstance(request_id, bool) else None
+
+
 def classify(line: bytes) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """What to do with one line from the client: (error to answer or None, key of a request to track, log kind).
 
     A line with neither an error to answer nor a log kind is handed on to the server.
     """
     try:
-        message = json.loads(line)
-    except ValueError:  # UnicodeDecodeError included
-        return _error(None, -32700, "Parse error: each line must be one JSON-RPC message"), None, "unreadable"
+        message = pydantic_core.from_json(line)  # the server's own reader: what it refuses is answered here
+    except ValueError:
+        return _error(_readable_id(line), -32700, "Parse error: each line must be one JSON-RPC message in UTF-8, "
+                      "its strings Unicode (no lone UTF-16 surrogate such as \\ud800)"), None, "unreadable"
     if isinstance(message, list):
         return _error(None, -32600, "Invalid Request: batches are not supported"), None, "batch"
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -90,11 +106,11 @@ def cancelled(line: bytes) -> str | None:
 class StdioGate:
     """Owns the process's stdin and stdout while FastMCP serves its pipes; see the module docstring."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, stopping: asyncio.Event | None = None) -> None:
         self.loop = loop
         self.pending: set[str] = set()
         self.changed = asyncio.Event()
-        self.stopping = asyncio.Event()
+        self.stopping = stopping if stopping is not None else asyncio.Event()
         self.hurry = False
         self._forwarding = True
         self._lock = threading.Lock()  # pending, forwarding and the server's input pipe

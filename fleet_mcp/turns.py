@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 from datetime import UTC, datetime
 from typing import Any
@@ -9,12 +10,12 @@ from typing import Any
 from .coder import errors as ce
 from .drivers import (
     Answered, Busy, Driver, DriverError, Live, NothingPending, NotSupported, Pending, StalePrompt, TurnResult,
-    Unreachable,
+    Unreachable, same_reach,
 )
 from .errors import FleetError, bad_request, conflict, unavailable
-from .fleet import Fleet, prompt, with_screen_prompt
+from .fleet import Fleet, prompt, quietly, settle, with_screen_prompt
 from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
-from .polling import poll_until
+from .polling import poll_until, until
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
@@ -63,36 +64,68 @@ class Turns:
         return TaskResult(task=task, agent_status="busy", message=said)
 
     async def cancel(self, name: str) -> TaskResult:
-        ws, driver, before = await self.fleet.ready(name)
+        """Interrupt the agent's turn and wait (bounded) for it to stop. Its state, the interrupt and the wait
+        share `cancel_wait_s` (the last look `last_probe_s` more), whatever the agent's routes do."""
+        fleet, settings = self.fleet, self.fleet.settings
+        ws, params = await fleet.find(name)
+        driver = fleet.driver(ws)
+        loop = asyncio.get_running_loop()
+        wait = settings.cancel_wait_s
+        end = loop.time() + wait
+        try:
+            async with until(end):
+                before, unreachable = await fleet.live(driver)
+        except TimeoutError:
+            raise unavailable(f"Agent {name!r} did not say within {wait:g} s whether it is working; no interrupt "
+                              "was sent. Try again.", interrupt_delivered=False) from None
+        if driver is None or before is None:
+            raise fleet.not_ready(Snapshot(ws, params, before, unreachable))
         if before.state not in ("working", "needs_input") and before.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
-        lost: ce.CoderError | None = None
+        lost: str | None = None  # why the interrupt's answer was lost, if it was
         try:
-            await driver.interrupt()
+            async with until(end):
+                await driver.interrupt()
+        except TimeoutError:
+            lost = f"no answer within {wait:g} s"
         except (ce.Unavailable, ce.ServerError) as exc:
-            lost = exc  # the answer was lost: whether it stopped is what the wait below finds out
+            lost = exc.message  # whether it stopped is what the wait below finds out
         except (Unreachable, NotSupported) as exc:
             raise refused(name, exc, driver=driver.kind) from None
         except DriverError:  # the turn ended between our look and the interrupt
             pass
+        seen: list[str] = []  # the states the wait read
 
         async def stopped() -> Live | None:
-            live = await driver.live()
+            try:
+                live = await driver.live()
+            except (ce.Unavailable, ce.ServerError, ce.AppProxyError, DriverError):
+                return None  # not known yet: asked again until the wait ends
+            seen.append(live.state)
             # A queued task starts as soon as the interrupted turn ends: a turn counted since is that end.
             ended = live.turns is not None and before.turns is not None and live.turns > before.turns
             return live if ended or live.state not in ("working", "needs_input") else None
 
-        settings = self.fleet.settings
-        after = await poll_until(stopped, timeout_s=settings.cancel_wait_s, interval_s=settings.poll_interval_s)
+        after = await poll_until(stopped, timeout_s=max(0.0, end - loop.time()), interval_s=settings.poll_interval_s)
         if after is None and lost is not None:
-            raise unavailable(f"The interrupt did not take ({lost.message}): agent {name!r} is still working. "
-                              "Try again.")
-        statuses = await self.fleet.statuses(await self.fleet.client.workspace(ws.id))
+            if seen:
+                raise unavailable(f"The interrupt did not take ({lost}): agent {name!r} is still working. Try "
+                                  "again.", interrupt_delivered=False)
+            raise unavailable(f"Whether the interrupt reached agent {name!r} is not known: its answer was lost "
+                              f"({lost}) and the agent's state could not be read within {wait:g} s. Check with "
+                              "show_agent before cancelling again.", interrupt_delivered=None)
+        statuses = await fleet.statuses(await fleet.client.workspace(ws.id))
         said = next((s for s in statuses if s.state == "working" and s.message), None)
         interrupted = before.current_task or (said.message if said else "") or "Task"
         task = Task(message=f"{interrupted} - canceled", uri=said.uri if said else "", state="canceled",
                     needs_user_attention=False, created_at=_now())
-        message = "Task canceled." if after is not None else "Interrupt sent; the agent has not stopped yet."
+        if after is not None:
+            message = "Task canceled."
+        elif seen:
+            message = "Interrupt delivered; the agent has not stopped yet."
+        else:
+            message = (f"Interrupt delivered; whether the agent stopped is not known (its state could not be read "
+                       f"within {wait:g} s). Check with show_agent.")
         if driver.kind == "runner":  # only the runner queues: say what became of the queue
             message += (f" Queued tasks survive a cancel: {_queued(before.queued)} now runs (cancel_agent_task "
                         "again to stop it too)." if before.queued else " No task was queued.")
@@ -149,12 +182,23 @@ class Turns:
         raise _stale(name, prompt_id, live.pending, answered)
 
     async def result(self, name: str) -> TurnOutcome:
-        snap, messages = await self.fleet.snapshot(name, conversation=True)
-        driver = self.fleet.driver(snap.workspace)
-        if driver is None or snap.live is None:
-            raise self.fleet.not_ready(snap, "so its result cannot be read")
+        # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
+        # turn's changes and typed answer): one round trip, used only if the workspace still says that address.
+        known = self.fleet.remembered(name)
+        early = asyncio.ensure_future(known.results()) if known is not None and known.kind == "runner" else None
+        try:
+            snap, messages = await self.fleet.snapshot(name, conversation=early is None)
+            driver = self.fleet.driver(snap.workspace)
+            if driver is None or snap.live is None:
+                raise self.fleet.not_ready(snap, "so its result cannot be read")
+            if driver.kind == "runner":
+                results = await (early if early is not None and same_reach(known, driver) else driver.results())
+            elif messages is None:
+                messages = await quietly(driver.conversation())
+        finally:
+            if early is not None:
+                settle(early)
         if driver.kind == "runner":
-            results = await driver.results()
             if not results:
                 raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
                     snap, self.fleet.slugs).value)

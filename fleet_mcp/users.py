@@ -62,21 +62,24 @@ class Services:
     token: str | None = field(default=None, repr=False)  # per-user mode: redacted from the audit log (any caller's)
 
     @classmethod
-    def open(cls, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> Services:
-        """Services acting with `settings`' token (no request is sent yet)."""
+    def open(cls, settings: Settings, transport: httpx.AsyncBaseTransport | None = None,
+             stopping: asyncio.Event | None = None) -> Services:
+        """Services acting with `settings`' token (no request is sent yet); `stopping` ends their waits."""
         meter = Meter(settings.rate_share)
         client = settings.coder_client(transport, on_request=meter.note)
         fleet = Fleet(client, settings)
-        waits = Waits(fleet, meter)
+        waits = Waits(fleet, meter, stopping)
         return cls(client, fleet, Lifecycle(fleet), Turns(fleet), waits, meter)
 
 
 class Users:
     """Each caller's `Services`, keyed by the hash of their token; the least recently used go beyond `max_users`."""
 
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None,
+                 stopping: asyncio.Event | None = None) -> None:
         self.settings = settings
         self._transport = transport
+        self._stopping = stopping
         self._by_key: OrderedDict[str, Services] = OrderedDict()
         self._meters: dict[str, Meter] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -97,7 +100,7 @@ class Users:
         key = key_of(token)
         found = self._by_key.get(key)
         if found is None:
-            found = Services.open(self.settings.for_token(token), self._transport)
+            found = Services.open(self.settings.for_token(token), self._transport, self._stopping)
             found.token = token
             self._by_key[key] = found
             while len(self._by_key) > self.settings.max_users:

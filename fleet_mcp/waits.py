@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
-from .errors import bad_request, not_found
+from .errors import bad_request, not_found, unavailable
 from .fleet import Fleet, prompt, quietly, reported_task, settle, with_screen_prompt
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
 from .rules import FLEET_QUERY, iso, valid_name
@@ -64,9 +64,10 @@ def _met(status: Status, until: set[str]) -> bool:
 class Waits:
     """wait_for_agents and show_agents."""
 
-    def __init__(self, fleet: Fleet, meter: Meter | None = None) -> None:
+    def __init__(self, fleet: Fleet, meter: Meter | None = None, stopping: asyncio.Event | None = None) -> None:
         self.fleet = fleet
         self.meter = meter if meter is not None else Meter(fleet.settings.rate_share)
+        self.stopping = stopping if stopping is not None else asyncio.Event()  # set when the server stops
         self.listing = Listing(lambda: fleet.client.workspaces(FLEET_QUERY))
 
     async def wait(self, names: list[str], until: Sequence[str], mode: str, timeout_s: float,
@@ -104,14 +105,25 @@ class Waits:
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
             # next listing asked at most one interval after it. Progress keeps its own beat in between.
             next_poll = self.listing.asked_at + interval
-            await asyncio.sleep(max(0.0, min(next_poll, last_said + settings.progress_interval_s, deadline)
-                                    - loop.time()))
+            await self._pause(max(0.0, min(next_poll, last_said + settings.progress_interval_s, deadline)
+                                  - loop.time()), loop.time() - started)
             if loop.time() < min(next_poll, deadline):
                 continue  # woken to say progress: the listing is still young
             if self.meter.free_in() > max(0.0, deadline - loop.time()):
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval)
+
+    async def _pause(self, seconds: float, waited: float) -> None:
+        """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
+        once rather than holding its shutdown or dropping the connection: the caller waits again elsewhere."""
+        try:
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        except TimeoutError:
+            return
+        raise unavailable(f"This server is stopping (a restart or a redeploy) and ended the wait after {waited:.0f} "
+                          "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
+                          "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
     def _waited(self, name: str, ws: Workspace | None, until: set[str]) -> WaitedAgent:
         if ws is None:

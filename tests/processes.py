@@ -6,6 +6,7 @@ It imports neither fleet_mcp nor pytest: the benchmark measures the fleet only t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -168,14 +169,15 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 
 @contextmanager
 def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1",
-                command: list[str] | None = None,
-                file_limit: tuple[int, int | None] | None = None) -> Iterator[Running]:
+                command: list[str] | None = None, file_limit: tuple[int, int | None] | None = None,
+                port: int | None = None) -> Iterator[Running]:
     """An HTTP MCP server on a free port, answering before this yields; stopped (SIGTERM) after.
 
     By default `fleet-mcp --emulator --transport http`; `command` replaces `fleet-mcp --emulator` (it must
-    take `--transport http --host H --port P` too); `file_limit` lowers its open-file limits.
+    take `--transport http --host H --port P` too); `file_limit` lowers its open-file limits; `port` is a free
+    one unless given.
     """
-    port = free_port()
+    port = port or free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
         full = [*(command or [*SERVER, "--emulator"]), "--transport", "http", "--host", host, "--port", str(port),
@@ -190,11 +192,11 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, h
         stop(proc)
 
 
-def per_user_server(tmp_path: Path, coder_url: str, *args: str, **settings: str):
+def per_user_server(tmp_path: Path, coder_url: str, *args: str, port: int | None = None, **settings: str):
     """`fleet-mcp --transport http` in per-user mode (FLEET_MCP_AUTH=coder) against `coder_url`, no server token,
     its audit log at tmp_path/audit-<port>.jsonl unless `settings` names one (FLEET_MCP_AUDIT_LOG)."""
     env = clean_env(CODER_URL=coder_url, FLEET_MCP_AUTH="coder", **settings)
-    return http_server(tmp_path, *args, env=env, command=fleet_command())
+    return http_server(tmp_path, *args, env=env, command=fleet_command(), port=port)
 
 
 NGINX_MAIN = """worker_processes 1;
@@ -238,6 +240,29 @@ def nginx_process(tmp_path: Path, site: str, upstreams: list[int]) -> Iterator[s
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc, signal.SIGQUIT)  # nginx's graceful stop
+
+
+def audit_lines(path: Path) -> list[dict]:
+    """The records of a server's audit log (FLEET_MCP_AUDIT_LOG), none if it has none."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def pid_with_port(port: int, pids: list[int]) -> int | None:
+    """Which of `pids` holds the TCP socket whose local port is `port` (read from /proc), if one does."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in list(f)[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                        return pid
+    return None
 
 
 def cpu_seconds(pid: int) -> float:

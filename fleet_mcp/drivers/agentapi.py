@@ -18,6 +18,7 @@ import pydantic
 from ..coder import errors as ce
 from ..coder.client import CoderClient, app_proxy_path
 from ..coder.schemas import LenientModel, Text, Timestamp
+from ..polling import until
 from .base import (
     Busy, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable, oversized,
 )
@@ -117,12 +118,13 @@ class AgentAPIDriver:
         return False
 
     async def _settle(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SETTLE_S
-        while (await self._status()).status == "running":
-            if loop.time() >= deadline:
-                raise Busy("The agent did not stop after the interrupt.")
-            await asyncio.sleep(SETTLE_POLL_S)
+        """Wait until the interrupted turn has ended: SETTLE_S at most, its status requests included."""
+        try:
+            async with until(asyncio.get_running_loop().time() + SETTLE_S):
+                while (await self._status()).status == "running":
+                    await asyncio.sleep(SETTLE_POLL_S)
+        except TimeoutError:
+            raise Busy("The agent did not stop after the interrupt.") from None
 
     async def _keys(self, content: str, kind: str) -> None:
         try:

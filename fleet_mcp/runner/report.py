@@ -87,8 +87,14 @@ class Reporter:
         self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"),
                   needs_input_uri(prompt_id, tool, summary, asked_at))
 
-    def finished(self, text: str, is_error: bool, uri: str | None, more: bool = False) -> None:
-        """A turn ended; `more` when a queued task starts at once, so no `idle` tells Coder the agent waits."""
+    def finished(self, text: str, is_error: bool, uri: str | None, more: bool = False,
+                 interrupted: bool = False) -> None:
+        """A turn ended; `more` when a queued task starts at once, so no `idle` tells Coder the agent waits.
+        An interrupted turn neither completed nor failed: an `idle` alone says so, as Coder's own reporter does
+        after an interrupt (the fleet reads `interrupted`); with a queued task next it is a `failure` (no idle)."""
+        if interrupted and not more:
+            self._put("idle", first_line(text) or "Interrupted", uri)
+            return
         message = first_line(text) or ("Failed" if is_error else "Done")
         self._put("failure" if is_error else "complete", message, uri)
         if not more:

@@ -91,6 +91,7 @@ class Conversation:
         self._reader: asyncio.Task | None = None
         self._switching = False
         self._tool_error: str | None = None
+        self._sent = False  # whether Claude Code has the running turn's prompt
 
     # --- what the HTTP layer reads and does --------------------------------------------------------------------
 
@@ -147,6 +148,8 @@ class Conversation:
         if self.pending and not self.pending.answer.done():
             self.pending.answer.set_result((False, "Interrupted by the fleet."))
             self._answered(self.pending.id, "deny", "interrupt")
+        if not self._sent:
+            return  # `_query` ends the turn before Claude Code hears it
         try:
             await asyncio.wait_for(self._client.interrupt(), INTERRUPT_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - the turn goes on; say why the interrupt did not land
@@ -264,6 +267,7 @@ class Conversation:
     def _begin(self, item: str | dict) -> None:
         """Marks a turn started (synchronously, so no second message slips in) and sends it."""
         prompt, self._turn_schema, self._tool_error = typed.content(item), typed.schema_of(item), None
+        self._sent = False
         self.current_task = prompt
         self._started_at = now_iso()
         self._interrupted = False
@@ -278,14 +282,22 @@ class Conversation:
     async def _query(self, prompt: str) -> None:
         try:
             await self.changes.begin()  # before Claude Code hears the prompt, so the start point is clean
+            if self._interrupted:  # while the start was noted: Claude Code never hears this turn
+                self._finish(self._unsent(prompt, f"Interrupted: {prompt.splitlines()[0]}", "error_during_execution",
+                                          interrupted=True))
+                return
+            self._sent = True
             await self._client.query(prompt)
         except Exception as exc:  # noqa: BLE001 - the turn fails with a result instead of hanging
             log.warning("could not send the prompt to Claude Code: %s", type(exc).__name__)
-            self._finish(Result(task=prompt, text=f"Could not send the prompt: {type(exc).__name__}", is_error=True,
-                                subtype="send_failed", num_turns=0, duration_ms=0, total_cost_usd=None,
-                                session_id=self.saved.session_id or "", started_at=self._started_at,
-                                finished_at=now_iso(), pull_request_url=None, interrupted=False,
-                                changes_unavailable="the prompt did not reach Claude Code"))
+            self._finish(self._unsent(prompt, f"Could not send the prompt: {type(exc).__name__}", "send_failed"))
+
+    def _unsent(self, prompt: str, text: str, subtype: str, interrupted: bool = False) -> Result:
+        """The result of a turn whose prompt never reached Claude Code."""
+        return Result(task=prompt, text=text, is_error=True, subtype=subtype, num_turns=0, duration_ms=0,
+                      total_cost_usd=None, session_id=self.saved.session_id or "", started_at=self._started_at,
+                      finished_at=now_iso(), pull_request_url=None, interrupted=interrupted,
+                      changes_unavailable="the prompt did not reach Claude Code")
 
     def _next(self) -> None:
         if self.state == "idle" and self.saved.queue and self._client is not None and not self._stopping:
@@ -346,7 +358,8 @@ class Conversation:
         self.saved.cost_usd += result.total_cost_usd or 0.0
         self._set_state("idle")
         more = bool(self.saved.queue) and self._client is not None and not self._stopping
-        self.reporter.finished(result.text, result.is_error, result.pull_request_url, more=more)
+        self.reporter.finished(result.text, result.is_error, result.pull_request_url, more=more,
+                               interrupted=result.interrupted)
         self._turn_over.set()
         self._next()
 

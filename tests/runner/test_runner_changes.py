@@ -44,3 +44,19 @@ def test_an_edit_and_a_commit_are_recorded_as_git_sees_them(tmp_path, api):
         diff = runner.get("/diff?format=patch").json()
         assert diff["files"][0]["path"] == "calc.py" and not diff["files"][0]["truncated"]
         assert diff["patch"] == git(work, "diff", "--full-index", seed, head)
+
+
+def test_an_interrupt_at_once_ends_the_turn_even_before_claude_code_hears_it(tmp_path, api):
+    work = tmp_path / "work"
+    seed_repository(work)
+    with runner_process(tmp_path, api.url, workdir=work,
+                        FLEET_RUNNER_STATE_FILE=str(tmp_path / "state" / "state.json")) as runner:
+        runner.wait_for(lambda s: s["state"] == "idle")
+        for n in (1, 2, 3):  # the interrupt lands while the start is noted, or just after: the turn ends either way
+            assert runner.post("/message", {"content": f"Long {n} [[hang]]"}).status_code == 202
+            sent = runner.post("/message", {"content": f"Instead {n} [[edit:b{n}.txt]]", "if_busy": "interrupt"})
+            assert sent.status_code == 202 and sent.json()["queued"] is False, sent.text
+            runner.wait_turns(2 * n)
+        results = runner.results()
+        assert [r["interrupted"] for r in results] == [True, False] * 3
+        assert all((work / f"b{n}.txt").is_file() for n in (1, 2, 3))

@@ -7,7 +7,6 @@ Each user sees only their own fleet, calls spread over both replicas, and when o
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 from collections import Counter
@@ -15,7 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from processes import emulator_process, nginx_binary, nginx_process, per_user_server, stop
+from processes import audit_lines, emulator_process, nginx_binary, nginx_process, per_user_server, stop
 from support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
 pytestmark = [pytest.mark.slow,
@@ -67,10 +66,6 @@ class Load:
                 other = theirs or f"de{n}r0"  # alice tries demo's agents, demo tries alice's
                 await self.call(user, tools, "show_agent", expect="not_found", agent_name=other)
                 await self.call(user, tools, "delete_agent", expect="not_found", agent_name=other)
-
-
-def audit_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_two_replicas_behind_nginx_two_users_one_replica_stopped(tmp_path, capsys):

@@ -233,3 +233,26 @@ def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
         builds = control.get(f"/api/v2/workspaces/{ws['id']}/builds").json()
         assert [b["transition"] for b in builds][:2] == ["delete", "start"]  # not a cancelled build alone
         assert builds[1]["job"]["status"] == "canceled"
+
+
+WAIT_FOR_IDLE = {"agent_names": ["slow"], "until": ["idle"], "timeout_s": 60}
+
+
+async def test_stdio_a_wait_cut_by_shutdown_answers_unavailable_with_a_retry_hint(tmp_path):
+    """Issue 22 item 8: a wait in flight when the server stops answers at once, `unavailable` saying to wait
+    again (never a dropped answer, never holding the stop for the grace)."""
+    async with stdio_server(tmp_path) as client:
+        assert not (await client.call("create_agent", CREATE)).get("isError")  # [[hang]]: never idle
+        waiting = await client.request("tools/call", {"name": "wait_for_agents", "arguments": WAIT_FOR_IDLE})
+        await asyncio.sleep(INTO_THE_CALL_S)
+        signalled_at = time.monotonic()
+        client.proc.send_signal(signal.SIGTERM)
+        result = (await client.answer(waiting))["result"]
+        answered = time.monotonic() - signalled_at
+        code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
+    assert result["isError"], result
+    envelope = json.loads(result["content"][0]["text"])
+    assert envelope["error"] == "unavailable" and "wait_for_agents again" in envelope["message"], envelope
+    assert envelope["details"]["retry_after_s"] == 1
+    assert answered < 2, answered
+    check_stopped(code, (tmp_path / "stderr.log").read_text(), signal.SIGTERM, signalled_at)

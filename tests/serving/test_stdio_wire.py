@@ -104,6 +104,37 @@ def test_a_cancelled_request_does_not_hold_up_the_stop(tmp_path):
             proc.wait(WAIT_S)
 
 
+def test_every_request_is_answered_whatever_its_bytes_and_closing_stdin_stops_at_once(tmp_path):
+    """Issue 22 item 8: a lone UTF-16 surrogate (valid JSON, as a JavaScript client cutting a string inside an
+    emoji sends it), invalid UTF-8 and garbage each get a JSON-RPC error (with the request's id where it can be
+    read); stdin closing right after them stops the server in under 2 s."""
+    surrogate = modern_call(3, "show_agent", {"agent_name": "x"}).replace('"x"', '"a\\ud800"').encode()
+    assert b'"a\\ud800"' in surrogate and json.loads(surrogate)["params"]["arguments"]["agent_name"] == "a\ud800"
+    not_utf8 = modern_call(4, "show_agent", {"agent_name": "x"}).replace('"x"', '"b\xff"').encode("latin-1")
+    garbage = b"\x00\x9f\xe2 }{ \xc3"
+    with open(tmp_path / "stderr.log", "w") as err:
+        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, env=clean_env())
+    try:
+        proc.stdin.write((modern_call(1, "list_agents", {}) + "\n").encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1  # serving
+        proc.stdin.write(b"\n".join((surrogate, not_utf8, garbage)) + b"\n")
+        proc.stdin.close()
+        closed_at = time.monotonic()
+        assert proc.wait(WAIT_S) == 0
+        took = time.monotonic() - closed_at
+        got = [json.loads(line) for line in proc.stdout.read().splitlines()]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
+    assert [(m["id"], m["error"]["code"]) for m in got] == [(3, -32700), (4, -32700), (None, -32700)], got
+    assert "surrogate" in got[0]["error"]["message"]
+    assert took < 2, took
+    assert "Traceback" not in (tmp_path / "stderr.log").read_text()
+
+
 def test_read_only_switch_lists_the_reading_tools_and_refuses_a_write():
     listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN}})
     create = modern_call(2, "create_agent", {"name": "sneaky", "project": "fleet-demo", "spec": "Do it"})

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 from fastmcp import Client
 from processes import free_port
-from support import Tools, fleet_settings
+from support import CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp import deadlines
 from fleet_mcp.emulator import Emulator
@@ -73,3 +74,42 @@ async def test_every_tool_answers_in_time_with_coder_stalling():
     async with running(emulator) as url:
         emulator.control.faults.add({"match": "* /*", "kind": "stall", "seconds": 600})
         check(await worst_cases(url), "stalling")
+
+
+STATUS_ROUTE = "GET /@*/apps/ccw/status"  # the agent's status, through Coder's app proxy
+
+
+async def test_cancel_answers_within_its_wait_with_the_agent_status_stalling(emulator, conformance, capsys):
+    """Issue 22 item 5: the agent's status route stalls (past the 30 s request timeout); cancel answers within
+    FLEET_MCP_CANCEL_WAIT_S + 5 s and says whether the interrupt was delivered."""
+    wait = 0.5  # request_timeout_s keeps its 30 s
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(cancel_wait_s=wait), transport=transport)) as client:
+        await _cancel_with_status_stalling(Tools(client), emulator, wait, capsys)
+
+
+async def _cancel_with_status_stalling(tools: Tools, emulator: Emulator, wait: float, capsys) -> None:
+    await tools("create_agent", name="stuck", project="fleet-demo", spec="Forever [[hang]]")
+    emulator.advance(30)
+    faults = emulator.control.faults
+    took = {}
+    for case, passed in (("stalled from the start", 0), ("stalled after the interrupt", 2)):
+        faults.clear()
+        if passed:  # ready's look and the interrupt's own look pass; every later one stalls
+            faults.add({"match": STATUS_ROUTE, "kind": "latency", "seconds": 0, "count": passed})
+        faults.add({"match": STATUS_ROUTE, "kind": "stall", "seconds": 600})
+        started = time.monotonic()
+        answer = await tools("cancel_agent_task", agent_name="stuck")
+        took[case] = time.monotonic() - started
+        assert took[case] <= wait + 5, (case, took[case])
+        if passed:
+            assert answer["agent_status"] == "busy" and answer["message"].startswith("Interrupt delivered"), answer
+        else:
+            assert answer["error"] == "unavailable" and answer["details"] == {"interrupt_delivered": False}, answer
+            assert "no interrupt was sent" in answer["message"]
+    faults.clear()
+    emulator.advance(5)
+    assert (await tools("show_agent", agent_name="stuck"))["agent"]["status"] == "idle"  # the delivered ESC took
+    with capsys.disabled():
+        print(f"\ncancel with the agent's status stalling, cancel wait {wait:g} s: "
+              + ", ".join(f"{k}: answered in {v:.2f} s" for k, v in took.items()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 from fastmcp import Client
 
@@ -71,6 +73,51 @@ async def test_the_cap_holds_across_two_servers(emulator, conformance):
         emulator.advance(60)
         made = await two("create_agent", name="cap-3", project="fleet-demo", spec=SPEC)
         assert made.get("agent"), made
+
+
+async def test_concurrent_creates_on_two_servers_never_pass_the_cap(emulator, conformance, coder, capsys):
+    """Issue 22 item 4: twelve creates at once through two servers, two places left under the cap."""
+    emulator.backend.time_per_request = 0.2  # Coder's time moves as the servers poll (a cancel takes 0.5 s)
+
+    def server():
+        transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+        return Client(build_server(fleet_settings(max_agents=3), transport=transport))
+
+    async with server() as a, server() as b:
+        one, two = Tools(a), Tools(b)
+        await one("create_agent", name="early", project="fleet-demo", spec=SPEC)
+        answers = await asyncio.gather(*((one, two)[i % 2]("create_agent", name=f"rush-{i}", project="fleet-demo",
+                                                           spec=SPEC) for i in range(12)))
+        made = [x["agent"]["name"] for x in answers if "agent" in x]
+        refused = [x for x in answers if "agent" not in x]
+        assert all(x["error"] == "conflict" and "FLEET_MCP_MAX_AGENTS=3" in x["message"] for x in refused), refused
+        emulator.advance(120)
+        listed = {x["name"] for x in (await one("list_agents"))["agents"]}
+    over = max(0, len(listed) - 3)
+    with capsys.disabled():
+        print(f"\ncap 3, 1 agent, 12 concurrent creates on 2 servers: {len(made)} made, {len(refused)} refused, "
+              f"agents over the cap: {over} of 12")
+    assert over == 0 and listed == {"early", *made}  # every create answered as made stays; no other one does
+    assert 1 <= len(made) <= 2
+    taken_back = [x["details"]["name"] for x in refused if "name" in x["details"]]
+    assert taken_back  # each one took its workspace back: deleted now
+    for name in taken_back:
+        ws = (await coder.get(f"/api/v2/users/me/workspace/{name}", params={"include_deleted": "true"})).json()
+        assert ws["latest_build"]["transition"] == "delete" and ws["latest_build"]["status"] == "deleted", ws
+
+
+async def test_agents_being_deleted_do_not_count_against_the_cap(emulator, conformance):
+    """Issue 23 item 4: a deleted agent leaves room at once, and a refusal says how many are on their way out."""
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(max_agents=2), transport=transport)) as client:
+        tools = Tools(client)
+        await make(tools, emulator, "keep", "drop")
+        assert (await tools("delete_agent", agent_name="drop"))["already_deleted"] is False
+        assert (await tools("create_agent", name="next", project="fleet-demo", spec=SPEC))["agent"]  # no wait
+        refused = await tools.error("create_agent", name="more", project="fleet-demo", spec=SPEC)
+        assert refused["error"] == "conflict"
+        assert refused["details"] == {"agents": 2, "max_agents": 2, "being_deleted": 1}
+        assert "not counting 1 being deleted" in refused["message"]
 
 
 async def test_budgets_need_a_runner_project(tools):

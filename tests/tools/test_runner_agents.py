@@ -70,7 +70,8 @@ async def test_a_runner_agent_through_its_turns(conformance):
         assert last["total_cost_usd"] > result["total_cost_usd"]  # cost sums over the turns
         assert last["total_cost_usd"] == round(last["total_cost_usd"], 6)  # to a millionth: no float noise
         history = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]
-        assert "Interrupted: Keep going [[hang]]" in [t["message"] for t in history]  # the canceled turn stays
+        # The canceled turn stays (a failure: with a queued task next, no idle may say the agent waits).
+        assert ("failure", "Interrupted: Keep going [[hang]]") in [(t["state"], t["message"]) for t in history]
         ends = [(t["state"], t["message"]) for t in history if t["state"] != "working"]
         assert len(ends) == len(set(ends)), ends  # one entry per turn end, not complete + idle
 
@@ -81,6 +82,14 @@ async def test_a_runner_agent_through_its_turns(conformance):
         assert instead["task"]["state"] == "working"
         await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
         assert (await disk(coder, "sdk-one") / "b.txt").is_file()
+
+        await tools("start_agent_task", agent_name="sdk-one", task_description="Last [[hang]]")
+        assert (await tools("cancel_agent_task", agent_name="sdk-one"))["agent_status"] == "idle"
+        waited = await tools("wait_for_agents", agent_names=["sdk-one"], until=["idle", "failed"], **WAIT)
+        assert waited["agents"][0]["last_turn"] == "interrupted"  # lists say what get_agent_result says
+        ended = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"][0]
+        assert (ended["state"], ended["message"]) == ("idle", "Interrupted: Last [[hang]]")  # idle alone
+        assert (await tools("get_agent_result", agent_name="sdk-one"))["outcome"] == "interrupted"
 
 
 async def test_permissions_and_failures_on_the_runner(conformance):

@@ -45,7 +45,10 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         assert [glances[n]["last_turn"] for n in specs] == ["succeeded", "succeeded", "failed"]
         assert glances["try-1"]["cost_usd"] > 0 and glances["try-3"]["changes_summary"] == "0 files, +0 −0"
 
-        result = await tools("get_agent_result", agent_name="try-1")
+        await coder.delete("/emulator/requests")
+        result = await tools("get_agent_result", agent_name="try-1")  # try-1 was seen ready: one round trip
+        routes = (await coder.get("/emulator/requests")).json()["routes"]
+        assert routes["GET /@{owner}/{workspace}/apps/{slug}/{path}"] == 2  # its state and results, not its log
         changes = result["changes"]
         head = git(work["try-1"], "rev-parse", "HEAD").strip()
         assert changes["repository"] == str(work["try-1"]) and changes["branch"] == "main"
