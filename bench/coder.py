@@ -14,12 +14,20 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
+from coder_spec import reference_dir
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from processes import Emulated, Lines, child_pids, emulator_process, stop
 
 TOKEN = "bench-token"
 STANDIN = Path(__file__).with_name("standin.py")
+
+
+def real_listing() -> Path | None:
+    """The recorded v2.27 answer to GET /api/v2/workspaces (../shared/reference, or FLEET_MCP_REFERENCE_DIR)."""
+    found = reference_dir()
+    listing = found / "coder" / "recorded" / "list_workspaces_success.yaml" if found else None
+    return listing if listing and listing.is_file() else None
 
 
 class Coder:
@@ -29,6 +37,7 @@ class Coder:
         self.emulator = httpx.Client(base_url=emulated.url, timeout=120)
         self.standin = httpx.Client(base_url=standin_url, timeout=120)
         self.url, self.token = standin_url, emulated.token
+        self.real_bodies = False  # record workspace answers real-sized (the stand-in's `bodies=real`)
 
     def _call(self, client: httpx.Client, method: str, path: str, body: dict | None = None) -> dict:
         r = client.request(method, path, json=body)
@@ -45,7 +54,8 @@ class Coder:
     def record(self, later: bool = False) -> None:
         """From now on requests go to the emulator and their answers are kept (`later`: as what Coder
         answers once something has changed; see `replay`)."""
-        self._call(self.standin, "POST", "/_standin/record" + ("?book=later" if later else ""))
+        query = "&".join(q for q in ("book=later" if later else "", "bodies=real" if self.real_bodies else "") if q)
+        self._call(self.standin, "POST", "/_standin/record" + (f"?{query}" if query else ""))
 
     def replay(self, latency_ms: float, change_after_s: float | None = None) -> None:
         """From now on recorded answers, each after `latency_ms`; counts start from zero. With
@@ -103,8 +113,10 @@ def read_answer(sock: socket.socket) -> bytes:
 @contextlib.contextmanager
 def coder() -> Iterator[Coder]:
     """A fresh emulator and a stand-in recording from it, both stopped after."""
+    listing = real_listing()
     with emulator_process("--token", TOKEN) as emulated:
-        proc = subprocess.Popen([sys.executable, str(STANDIN), "--upstream", emulated.url], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, str(STANDIN), "--upstream", emulated.url,
+                                 *(["--real-listing", str(listing)] if listing else [])], stdout=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, text=True)
         try:
             bench_coder = Coder(emulated, Lines(proc.stdout).settings(1)["STANDIN_URL"])

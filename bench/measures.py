@@ -268,6 +268,32 @@ class Bench:
         ratios = {suffix: out["fleet_list_agents" + suffix] / out["bare_echo" + suffix] for suffix in ERAS.values()}
         return {"server_cpu_ms_per_call": out, "server_cpu_ratio": round(max(ratios.values()), 2)}
 
+    # --- real-sized answers (issue 23) ------------------------------------------------------
+
+    async def real_sized(self, sizes: list[int], runs: int, cpu_calls: int) -> dict:
+        """list_agents at each size, server CPU per list_agents of 10 over HTTP, and wait_for_agents over 100,
+        on the emulator's lean workspace answers and then on real-sized ones (each carrying a recorded v2.27
+        workspace's bulk, ~47 KB)."""
+        out: dict = {}
+        for bodies in ("lean", "real"):
+            self.coder.real_bodies = bodies == "real"
+            lists = (await self.list_sizes(sizes, runs))["list_agents"]
+            workspace_bytes = self.coder.stats()["workspace_bytes_median"] if bodies == "real" else None
+            self.coder.reseed(10)
+            self.coder.record()
+            async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
+                await session.initialize()
+                await call(session, "list_agents")
+            cpu = await self.server_cpu(cpu_calls)
+            async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
+                await session.initialize()
+                wait = await self.wait_for_agents(session, runs)
+            out[bodies] = {"list_agents": lists, **cpu, "workspace_bytes": workspace_bytes,
+                           **{k: v for k, v in wait.items() if k in ("wait_requests_per_poll", "wait_polls",
+                                                                     "wait_first_progress_s", "wait_seen_after_s")}}
+        self.coder.real_bodies = False
+        return {"real_sized": out}
+
     # --- issue 13's tools, when the server has them -----------------------------------------
 
     async def issue_13(self, runs: int) -> dict:

@@ -6,6 +6,7 @@
     python bench/run.py --quick          # fleet sizes 10 and 100, few runs (the test, CI)
     python bench/run.py --latency-ms 20 --round-trip-latency-ms 100 --sizes 10,100 --runs 5
     python bench/run.py --changes        # only the runner's change summary on a 10,000-file repository
+    python bench/run.py --real-sized     # only list, server CPU and wait on lean vs real-sized answers
 
 A `fleet-mcp emulator` process (real time) is the truth; `bench/standin.py` stands between it and
 the fleet server: it records the emulator's answers to the calls a phase makes, then serves them
@@ -52,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
 
-from coder import coder
+from coder import coder, real_listing
 from measures import Bench
 
 PHASE_TIMEOUT_S = 300.0
@@ -89,6 +90,17 @@ async def measure(args: argparse.Namespace) -> dict:
     with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-bench-") as workdir:
         bench = Bench(args, stand_in, workdir)
         result: dict = {"latency_ms": args.latency_ms, "round_trip_latency_ms": args.round_trip_latency_ms}
+        if args.real_sized:
+            if real_listing() is None:
+                raise SystemExit("--real-sized needs the recorded listing: ../shared/reference or "
+                                 "FLEET_MCP_REFERENCE_DIR")
+            async with asyncio.timeout(PHASE_TIMEOUT_S * 3):
+                result.update(await bench.real_sized(args.sizes or ([10, 100] if args.quick else [10, 1000]),
+                                                     runs, cpu_calls))
+            result["machine"] = {**machine(), "loadavg_1min_before": round(load_before, 2),
+                                 "loadavg_1min_after": round(os.getloadavg()[0], 2)}
+            result["quick"] = bool(args.quick)
+            return result
         phases = {"calls": lambda: bench.calls(calls, runs), "cold_starts": lambda: bench.cold_starts(cold_runs),
                   "server_cpu": lambda: bench.server_cpu(cpu_calls), "bare_calls": lambda: bench.bare_calls(calls),
                   "list_sizes": lambda: bench.list_sizes(sizes, runs), "issue_13": lambda: bench.issue_13(runs),
@@ -237,6 +249,34 @@ def table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def real_table(r: dict) -> str:
+    """The lean and real-sized figures side by side, with issue 21's targets where it sets them."""
+    m, lean, real = r["machine"], r["real_sized"]["lean"], r["real_sized"]["real"]
+    lines = [f"fleet-mcp benchmark, real-sized answers, {m['date']}: {m['nproc']} x {m['cpu']}, Python {m['python']}"
+             f"; load average {m['loadavg_1min_before']:.2f} before, {m['loadavg_1min_after']:.2f} after",
+             f"workspace answer: real-sized {real['workspace_bytes']} bytes each (median); latency "
+             f"{r['latency_ms']:g} ms", "", f"{'measure':<52}{'lean':>14}{'real-sized':>14}  target"]
+
+    def row(label: str, a, b, target: str = "") -> None:
+        lines.append(f"{label:<52}{a:>14}{b:>14}  {target}".rstrip())
+
+    for size in lean["list_agents"]:
+        lw, rw = lean["list_agents"][size], real["list_agents"][size]
+        row(f"list_agents, {size} agents: wall ms", f"{lw['wall_ms']:.1f}", f"{rw['wall_ms']:.1f}",
+            "<= 300 ms (issue 21)" if size == "1000" else "")
+        row("  own time ms (wall - Coder's hold)", f"{lw['overhead_ms']:.1f}", f"{rw['overhead_ms']:.1f}")
+    lc, rc = lean["server_cpu_ms_per_call"], real["server_cpu_ms_per_call"]
+    row("server CPU per list_agents (10) over HTTP, ms", f"{lc['fleet_list_agents']:.2f}",
+        f"{rc['fleet_list_agents']:.2f}")
+    row("  bare FastMCP echo, ms", f"{lc['bare_echo']:.2f}", f"{rc['bare_echo']:.2f}")
+    row("  ratio (worse protocol era)", f"{lean['server_cpu_ratio']:.2f}x", f"{real['server_cpu_ratio']:.2f}x",
+        "<= 2.5 x bare (issue 21)")
+    row("wait_for_agents over 100: requests per poll", lean["wait_requests_per_poll"], real["wait_requests_per_poll"])
+    row("  first progress, s", lean["wait_first_progress_s"], real["wait_first_progress_s"])
+    row("  a change read by a poll after, s (worst)", lean["wait_seen_after_s"], real["wait_seen_after_s"])
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
@@ -246,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="latency while counting show_agent's dependent round trips (default 100)")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                         help="fleet sizes for list_agents, e.g. 10,100,1000")
+    parser.add_argument("--real-sized", action="store_true",
+                        help="only list_agents, server CPU and wait_for_agents, on lean and on real-sized answers")
     parser.add_argument("--runs", type=int, help="runs per measure (default 10 cold starts, 7 otherwise; quick 2/3)")
     parser.add_argument("--changes", action="store_true", help="only the runner's change summary (issue 24)")
     args = parser.parse_args(argv)
@@ -259,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, separators=(",", ":")) if args.json else changes_table(result), flush=True)
         return 0
     result = asyncio.run(measure(args))
-    print(json.dumps(result, separators=(",", ":")) if args.json else table(result), flush=True)
+    shown = real_table(result) if args.real_sized else table(result)
+    print(json.dumps(result, separators=(",", ":")) if args.json else shown, flush=True)
     return 0
 
 

@@ -2,14 +2,18 @@
 """A stand-in Coder that costs ~nothing: answers recorded from a real one, served again from a dict.
 
     python bench/standin.py --upstream http://127.0.0.1:PORT     # prints STANDIN_URL=http://127.0.0.1:<port>
+        [--real-listing ../shared/reference/coder/recorded/list_workspaces_success.yaml]
 
 In `record` mode every request goes on to the upstream (the emulator) and its answer is kept under
 method + path + query (the request line's target, as sent); in `replay` mode the answer comes from
 that dict after a fixed injected latency, or is a 404 (a miss, counted) for a request never seen.
 Control routes, never recorded nor counted:
 
-    POST   /_standin/record[?book=later]     pass on and record (no injected latency), into the main
-                                             book or into `later`: what Coder answers once something changed
+    POST   /_standin/record[?book=later][&bodies=real]
+                                             pass on and record (no injected latency), into the main
+                                             book or into `later`: what Coder answers once something changed;
+                                             `bodies=real` (needs --real-listing): each workspace answered
+                                             carries a recorded real one's bulk (~47 KB, see `real_sized`)
     POST   /_standin/replay?latency_ms=20[&change_after_ms=3000]
                                              answer from the records; from `change_after_ms` on, from
                                              `later` where it has an answer (stats: `changed_at_ms`, and
@@ -37,6 +41,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+REAL_WORKSPACE = "test-recording-agent"  # the recorded listing's workspace of typical size (~47 KB)
+DRIVER_SLUGS = {"fleet", "ccw"}  # the apps the fleet drives: a real one of those would change what it reads
+AGENT_BULK = ("scripts", "log_sources", "environment_variables")  # most of a real agent's bytes
 HOP_HEADERS = {"host", "content-length", "connection", "accept-encoding", "keep-alive", "transfer-encoding"}
 UPSTREAM_TIMEOUT_S = 30.0
 
@@ -47,10 +54,61 @@ def response(status: int, body: bytes, content_type: str = "application/json") -
     return head.encode("latin-1") + body
 
 
+def load_real_workspace(path: str) -> dict:
+    """The typical workspace of a recorded (vcrpy) answer to GET /api/v2/workspaces."""
+    import yaml  # the test extra's; only needed with --real-listing
+
+    with open(path, encoding="utf-8") as f:
+        for entry in yaml.safe_load(f)["interactions"]:
+            page = json.loads(entry["response"]["body"]["string"])
+            for ws in page.get("workspaces", []):
+                if ws["name"] == REAL_WORKSPACE:
+                    return ws
+    raise ValueError(f"{path} holds no workspace {REAL_WORKSPACE!r}")
+
+
+def real_sized(emulated: dict, real: dict) -> dict:
+    """One workspace the emulator answered, made as big as a real one: every key the real one has that the
+    emulator's lacks, the real agent's scripts, log sources and environment, its other apps, and its
+    resources without agents. What the fleet reads stays the emulator's: identity, build, agent state, the
+    fleet's app and its statuses."""
+    build, real_build = emulated["latest_build"], real["latest_build"]
+    real_agent = next(a for r in real_build["resources"] for a in r.get("agents") or [])
+    resources = []
+    for resource in build["resources"]:
+        agents = []
+        for agent in resource.get("agents") or []:
+            own = {app["slug"] for app in agent["apps"]}
+            others = [app for app in real_agent["apps"] if app["slug"] not in own | DRIVER_SLUGS]
+            agents.append({**real_agent, **agent, **{k: real_agent[k] for k in AGENT_BULK},
+                           "apps": agent["apps"] + others})
+        resources.append({**resource, "agents": agents})
+    resources += [r for r in real_build["resources"] if not r.get("agents")]
+    return {**real, **emulated, "latest_build": {**real_build, **build, "resources": resources,
+                                                 "job": {**real_build["job"], **build["job"]}}}
+
+
+def real_sized_answer(body: bytes, real: dict) -> tuple[bytes, list[int]]:
+    """A workspace answer (a listing or one workspace) with each workspace real-sized; the sizes."""
+    data = json.loads(body)
+    if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
+        data["workspaces"] = [real_sized(ws, real) for ws in data["workspaces"]]
+        sizes = [len(json.dumps(ws, separators=(",", ":"))) for ws in data["workspaces"]]
+    elif isinstance(data, dict) and "latest_build" in data and "owner_name" in data:
+        data = real_sized(data, real)
+        sizes = [len(json.dumps(data, separators=(",", ":")))]
+    else:
+        return body, []
+    return json.dumps(data, separators=(",", ":")).encode(), sizes
+
+
 class Book:
     """The recorded answers, the mode, and what replay has counted."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, real: dict | None = None) -> None:
+        self.real = real  # a recorded real workspace, whose bulk `bodies=real` grafts onto each answered
+        self.real_bodies = False
+        self.workspace_bytes: list[int] = []
         self.answers: dict[tuple[str, str], bytes] = {}
         self.later: dict[tuple[str, str], bytes] = {}
         self.book = self.answers  # where record() keeps answers
@@ -76,13 +134,20 @@ class Book:
                 "max_in_flight": self.max_in_flight, "holds_ms": [h * 1e3 for h in self.holds],
                 "arrivals_ms": [a * 1e3 for a in self.arrivals], "routes": self.routes,
                 "changed_at_ms": None if self.change_at is None else (self.change_at - self.t0) * 1e3,
-                "first_changed_ms": None if self.first_changed is None else (self.first_changed - self.t0) * 1e3}
+                "first_changed_ms": None if self.first_changed is None else (self.first_changed - self.t0) * 1e3,
+                "workspace_bytes_median": sorted(self.workspace_bytes)[len(self.workspace_bytes) // 2]
+                if self.workspace_bytes else None}
 
     async def record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bytes:
         url = httpx.URL(str(self.upstream.base_url).rstrip("/")).copy_with(raw_path=target.encode("latin-1"))
         sent = {k: v for k, v in headers.items() if k not in HOP_HEADERS}
         answer = await self.upstream.request(method, url, headers=sent, content=body)
-        raw = response(answer.status_code, answer.content, answer.headers.get("content-type", "application/json"))
+        content = answer.content
+        if self.real_bodies and self.real is not None and answer.status_code == 200 and \
+                target.startswith(("/api/v2/workspaces", "/api/v2/users/")):
+            content, sizes = real_sized_answer(content, self.real)
+            self.workspace_bytes[:] = sizes or self.workspace_bytes
+        raw = response(answer.status_code, content, answer.headers.get("content-type", "application/json"))
         self.book[(method, target)] = raw
         return raw
 
@@ -118,6 +183,9 @@ class Book:
         query = parse_qs(parts.query)
         if (method, parts.path) == ("POST", "/_standin/record"):
             self.replaying, self.latency_s = False, 0.0
+            self.real_bodies = query.get("bodies") == ["real"]
+            if self.real_bodies and self.real is None:
+                return response(400, b'{"message": "bodies=real needs the stand-in started with --real-listing"}')
             self.book = self.later if query.get("book") == ["later"] else self.answers
             if self.book is self.answers:
                 self.later.clear()
@@ -186,8 +254,8 @@ class Connection(asyncio.Protocol):
                 return
 
 
-async def serve(upstream: str) -> None:
-    book = Book(upstream)
+async def serve(upstream: str, real_listing: str | None = None) -> None:
+    book = Book(upstream, load_real_workspace(real_listing) if real_listing else None)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Connection(book), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -199,9 +267,11 @@ async def serve(upstream: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", required=True, help="the Coder (emulator) URL whose answers are recorded")
+    parser.add_argument("--real-listing", help="a recorded real answer to GET /api/v2/workspaces (vcrpy YAML), "
+                        "whose typical workspace `record?bodies=real` grafts onto each workspace answered")
     args = parser.parse_args(argv)
     try:
-        asyncio.run(serve(args.upstream))
+        asyncio.run(serve(args.upstream, args.real_listing))
     except KeyboardInterrupt:
         pass
     return 0

@@ -8,42 +8,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import re
 import sys
+import textwrap
 from collections.abc import Callable
 
 from . import __version__
 
 __all__ = ["main"]
 
-SERVE_EPILOG = """\
-settings (environment or .env):
-  CODER_URL                      your Coder deployment, e.g. https://coder.example.com (required)
-  CODER_SESSION_TOKEN            from `coder tokens create` (required unless FLEET_MCP_AUTH=coder)
-  FLEET_MCP_APP_SLUG             the AgentAPI app's slug in fleet templates (ccw)
-  FLEET_MCP_RUNNER_APP_SLUG      the runner app's slug in fleet templates (fleet)
-  FLEET_MCP_REQUEST_TIMEOUT_S    FLEET_MCP_CONNECT_TIMEOUT_S    FLEET_MCP_RETRY_BUDGET_S
-  FLEET_MCP_CANCEL_WAIT_S        FLEET_MCP_DELETE_WAIT_S        FLEET_MCP_POLL_INTERVAL_S
-  FLEET_MCP_AGENT_ERROR_WAIT_S   FLEET_MCP_CREATE_ADOPT_WAIT_S  FLEET_MCP_TEMPLATE_CACHE_S
-  FLEET_MCP_WAIT_POLL_INTERVAL_S FLEET_MCP_PROGRESS_INTERVAL_S
-  FLEET_MCP_MAX_AGENTS           the fleet's cap (20; 0 = none)
-  FLEET_MCP_AUTOSTOP_MINUTES     default idle autostop of new agents (off)
-  FLEET_MCP_MODEL                FLEET_MCP_MAX_TURNS            FLEET_MCP_MAX_COST_USD
-                                 defaults for runner agents' model and budgets (unset)
-  FLEET_MCP_AUTH_TOKEN           bearer token HTTP clients must send (needed off loopback)
-  FLEET_MCP_ALLOWED_HOSTS        extra Host names HTTP clients use, comma-separated ('*' is refused)
-  FLEET_MCP_AUDIT_LOG            file for one JSON line per tool call
-  FLEET_MCP_HTTP_IDLE_TIMEOUT_S  FLEET_MCP_HTTP_READ_TIMEOUT_S  FLEET_MCP_HTTP_MAX_CONNECTIONS
-  FLEET_MCP_SESSION_IDLE_S       FLEET_MCP_MAX_SESSIONS         FLEET_MCP_MAX_SESSIONS_PER_CLIENT
-  FLEET_MCP_AUTH                 token (default: one Coder user, CODER_SESSION_TOKEN) or coder (each HTTP
-                                 caller sends their own Coder token as Authorization: Bearer)
-  FLEET_MCP_AUTH_CACHE_S         how long a caller's checked token is trusted, or a refused one refused (60)
-  FLEET_MCP_AUTH_REFUSALS_PER_MINUTE
-                                 tokens Coder may refuse per client address a minute (10); beyond: 429
-  FLEET_MCP_MAX_USERS            callers whose Coder clients are kept open (256)
-  FLEET_MCP_STATELESS_HTTP       stateless streamable HTTP for replicas (default: on with FLEET_MCP_AUTH=coder)
-  FLEET_MCP_RATE_SHARE           share of Coder's 512 requests/minute a user's waits may use (0.5)
-  FLEET_MCP_LOG_LEVEL            DEBUG, INFO (default), WARNING or ERROR: what the server logs on stderr
-
+SERVE_EXIT_CODES = """\
 exit codes:
   0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
   2  could not start: one line on stderr names the cause and the fix
@@ -60,9 +34,24 @@ exit codes:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """Its help ends with every setting, read from `Settings` only when help is asked for (start-up stays fast)."""
+
+    def format_help(self) -> str:
+        from .settings import documented
+
+        lines = ["settings (environment or .env):"]
+        for env, default, meaning in documented():
+            plain = re.sub(r"\[([^]]+)\]\(#[^)]*\)", r"\1", f"{meaning} (default: {default})").replace("`", "")
+            lines.append(f"  {env}")
+            lines += textwrap.wrap(plain, width=100, initial_indent="      ", subsequent_indent="      ")
+        self.epilog = "\n".join(lines) + "\n\n" + SERVE_EXIT_CODES
+        return super().format_help()
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fleet-mcp", description="Run a fleet of Claude Code agents in Coder.",
-                                     epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="fleet-mcp", description="Run a fleet of Claude Code agents in Coder.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"fleet-mcp {__version__}")
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                         help="stdio (default) or streamable HTTP at /mcp")
@@ -77,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
                         choices=["agentapi", "runner"],
                         help="with --emulator: scripted AgentAPI agents (default), or the real Claude Code through "
                              "`fleet-mcp runner` (needs the runner extra)")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=argparse.ArgumentParser)
     emu = sub.add_parser("emulator", help="serve a local Coder emulator (demo seed, real time)")
     emu.add_argument("--host", default="127.0.0.1")
     emu.add_argument("--port", type=int, default=3000, help="0 picks a free port")
@@ -89,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                           "`fleet-mcp runner` per workspace (app fleet; needs the runner extra)")
     emu.add_argument("--anthropic-base-url", default=None,
                      help="the Messages API runners talk to (default: the emulator's scripted one)")
+    emu.add_argument("--wildcard-access-url", default="", metavar="PATTERN",
+                     help="serve subdomain apps under this wildcard host, as Coder's flag (e.g. '*.apps.example.test')")
+    emu.add_argument("--disable-path-apps", action="store_true",
+                     help="refuse path-based apps with Coder's 403 page, as Coder's flag")
     sub.add_parser("demo", help="a tour of the tools through an MCP client, against the embedded emulator")
     doctor = sub.add_parser("doctor", help="check Coder, the token and which templates are complete fleet projects",
                             epilog=DOCTOR_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,6 +105,8 @@ def _emulator(args: argparse.Namespace) -> int:
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
                         agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
+    emulator.backend.wildcard_hostname = args.wildcard_access_url
+    emulator.backend.disable_path_apps = args.disable_path_apps
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:  # as the server says it: one line, exit 2

@@ -29,14 +29,14 @@ from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .preflight import StartupError, check_coder, load_settings
 from .projects import roles_from
-from .rules import FLEET_PARAMETERS, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
+from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
 
 __all__ = ["ROLES", "ProjectCheck", "Report", "diagnose", "main", "run"]
 
 ROLES = ("coder", "operator", "manager")
 EMULATOR_URL = "http://emulator.local"
-_OK, _FAIL, _OTHER = "ok  ", "FAIL", "--  "
+_OK, _FAIL, _OTHER, _WARN = "ok  ", "FAIL", "--  ", "warn"
 RUNNER, AGENTAPI = "runner", "AgentAPI"
 
 
@@ -51,6 +51,8 @@ class ProjectCheck:
     roles: str = ""
     driver: str = ""
     app: str = ""
+    subdomain: bool = False  # the app is declared `subdomain = true`
+    reach: str = ""  # how the fleet reaches the app here: "path" or "subdomain"
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -74,6 +76,10 @@ class Report:
     projects: list[ProjectCheck]
     others: list[ProjectCheck]  # templates that are not fleet projects
     where: str = ""
+    wildcard: str = ""  # Coder's wildcard app host, "" when it has none
+    path_apps: bool = True  # whether Coder serves path apps (no --disable-path-apps)
+    app_statuses: bool | None = None  # whether workspace answers carry app statuses (None: no workspace to tell)
+    app_host_problem: str | None = None  # why an app host under the wildcard does not reach Coder
 
     @property
     def complete(self) -> list[ProjectCheck]:
@@ -87,12 +93,17 @@ class Report:
         where = f" ({self.where})" if self.where else ""
         roles = ", ".join(self.user_roles) or "member, no site roles"
         out = ["Coder", f"  {_OK} reachable at {self.url}{where}", f"  {_OK} version {self.version}",
-               f"  {_OK} token valid: {self.username} (roles: {roles})",
+               f"  {_OK} token valid: {self.username} (roles: {roles})", self._apps_line(),
+               *([] if self.app_statuses is not False else [
+                   f"  {_WARN} workspace answers carry no app statuses (a slimmer answer than the fleet reads): "
+                   "list_agents cannot tell busy from idle and shows such agents as unknown; show_agent asks "
+                   "each agent itself"]),
                f"Fleet projects (templates whose active version declares {MANAGED})"]
         if not self.projects:
             out.append(f"  {_FAIL} none: no template declares {MANAGED} (templates/fleet-agent is one that does)")
         for p in self.projects:
-            shown = "; ".join(x for x in (f"{p.driver} (app {p.app!r})" if p.driver else "", p.roles) if x)
+            how = f", by {p.reach}" if p.reach else ""
+            shown = "; ".join(x for x in (f"{p.driver} (app {p.app!r}{how})" if p.driver else "", p.roles) if x)
             if p.complete:
                 out.append(f"  {_OK} {p.title}: complete" + (f"; {shown}" if shown else ""))
             else:
@@ -108,16 +119,53 @@ class Report:
                                        f"{self.runner_slug!r}, AgentAPI {self.agentapi_slug!r})."))
         return out
 
+    def _apps_line(self) -> str:
+        sub = f"subdomain form at {self.wildcard}" if self.wildcard else "no wildcard app host (no subdomain form)"
+        if self.wildcard and self.app_host_problem:
+            mark = _WARN if self.path_apps else _FAIL
+            return (f"  {mark} apps: path form {'allowed' if self.path_apps else 'disabled'}; {sub}, but its hosts "
+                    f"do not reach Coder ({self.app_host_problem}): fix the wildcard DNS, or set "
+                    f"FLEET_MCP_CONNECT_TO='{self.wildcard.split(':')[0]}=ADDRESS:PORT' (Coder's address)")
+        if self.path_apps:
+            return f"  {_OK} apps: path form allowed; {sub}"
+        if self.wildcard:
+            return f"  {_OK} apps: path apps disabled (--disable-path-apps); {sub}"
+        return f"  {_FAIL} apps: path apps disabled and no wildcard app host: no agent's app can be reached"
+
 
 async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> Report:
     """Read Coder through `client` and judge every template; Coder's own errors propagate."""
-    info, me, templates = await asyncio.gather(client.buildinfo(), client.me(), client.templates())
+    info, me, templates, wildcard = await asyncio.gather(client.buildinfo(), client.me(), client.templates(),
+                                                         client.app_host())
     slugs = {RUNNER: settings.runner_app_slug, AGENTAPI: settings.agentapi_app_slug}
-    checks = await asyncio.gather(*(_check(client, t, slugs) for t in templates))
+    checks, refused, sample, unreachable = await asyncio.gather(
+        asyncio.gather(*(_check(client, t, slugs) for t in templates)), client.path_apps_refused(me.username),
+        client.workspaces(FLEET_QUERY, limit=1),
+        client.app_host_unreachable(me.username) if wildcard else asyncio.sleep(0, None))
+    projects = [c for c, fleet in checks if fleet]
+    for check in projects:
+        _reach(check, unreachable if wildcard else "Coder reports no wildcard app host", not refused)
     return Report(url=settings.coder_url, version=info.version or "unknown", username=me.username,
                   user_roles=[r.name for r in me.roles], runner_slug=slugs[RUNNER], agentapi_slug=slugs[AGENTAPI],
-                  where=where,
-                  projects=[c for c, fleet in checks if fleet], others=[c for c, fleet in checks if not fleet])
+                  where=where, wildcard=wildcard, path_apps=not refused, app_host_problem=unreachable,
+                  app_statuses=sample.workspaces[0].sends_app_statuses if sample.workspaces else None,
+                  projects=projects, others=[c for c, fleet in checks if not fleet])
+
+
+def _reach(check: ProjectCheck, no_subdomain: str | None, path_apps: bool) -> None:
+    """How the fleet reaches the project's app on this deployment (as `coder.apps` decides), or why it cannot;
+    `no_subdomain`: why app hosts cannot be used (None: they can)."""
+    if not check.driver:
+        return
+    if no_subdomain is None and (check.subdomain or not path_apps):
+        check.reach = "subdomain"
+    elif path_apps:
+        check.reach = "path"
+        if check.subdomain:
+            check.warnings.append(f"app {check.app!r} is declared subdomain = true, but {no_subdomain}: the fleet "
+                                  "reaches it by path")
+    else:
+        check.lacks.append(f"a way to reach app {check.app!r}: Coder refuses path apps, and {no_subdomain}")
 
 
 async def _check(client: CoderClient, t: Template, slugs: dict[str, str]) -> tuple[ProjectCheck, bool]:
@@ -199,6 +247,7 @@ def _app(check: ProjectCheck, resources: list[WorkspaceResource], slugs: dict[st
                            "FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG name others")
         return
     check.driver, check.app = driver, slugs[driver]
+    check.subdomain = any(app.subdomain for agent in agents for app in agent.apps if app.slug == check.app)
 
 
 def _runner_parameters(check: ProjectCheck, declared: dict[str, RichParameter]) -> None:

@@ -87,8 +87,9 @@ def from_coder(exc: ce.CoderError) -> FleetError:
     if isinstance(exc, ce.Unavailable) and exc.cause in ("refused", "dns", "tls"):
         return unavailable(f"Coder cannot be reached ({exc.message}): {netcause.fix(exc.cause)}", cause=exc.cause)
     if isinstance(exc, ce.PathAppsDisabled):
-        return unavailable("Path-based apps are disabled on this Coder deployment; the agent can only be "
-                           "reached through subdomain apps.")
+        return unavailable("Path-based apps are disabled on this Coder deployment and it reports no wildcard "
+                           "app host (Coder's --wildcard-access-url), so no agent can be reached: set one up, or "
+                           "allow path apps.")
     return unavailable(f"Coder could not complete the request: {exc.message}", status=exc.status)
 
 

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from .builds import Builds
 from .coder import errors as ce
@@ -27,6 +27,7 @@ from .models import (
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
+from .reads import nothing, prefetch, quietly
 from .rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
     iso, paginate, valid_name,
@@ -36,10 +37,8 @@ from .status import (
     READY, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
 )
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "quietly", "reported_task", "settle",
-           "with_screen_prompt"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "with_screen_prompt"]
 
-T = TypeVar("T")
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
 READY_KEPT = 1_000  # agents whose driver is remembered between reads
 
@@ -97,15 +96,19 @@ class Fleet:
 
     def driver(self, ws: Workspace) -> Driver | None:
         """The driver of a workspace whose agent is up, else None. A runner's key is a build parameter: read
-        `params` (or `keyed_driver`) first, or its calls go without it and are refused."""
-        if base_status(ws, self.slugs).value != READY:
-            return None
+        `params` (or use `keyed_driver`) first, or its calls go without it and are refused."""
+        return self._driver_of(ws) if base_status(ws, self.slugs).value == READY else None
+
+    def _driver_of(self, ws: Workspace) -> Driver | None:
         return driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
+
+    def _runner_unkeyed(self, ws: Workspace) -> bool:
+        _, app = agent_and_app(ws, self.slugs)
+        return app is not None and app.slug == self.slugs.runner and ws.latest_build.id not in self._params
 
     async def keyed_driver(self, ws: Workspace) -> Driver | None:
         """`driver`, with the runner's key read first where it is not known yet (one request per build)."""
-        _, app = agent_and_app(ws, self.slugs)
-        if app is not None and app.slug == self.slugs.runner and ws.latest_build.id not in self._params:
+        if self._runner_unkeyed(ws):
             await self.params(ws)
         return self.driver(ws)
 
@@ -135,24 +138,21 @@ class Fleet:
         agent last seen ready, its driver is asked along with the workspace at the address it had: one round
         trip, its answers used only if the workspace still says that address and confirms a fleet agent."""
         known = self.remembered(name)
-        early = None if known is None else (asyncio.ensure_future(self.live(known)), asyncio.ensure_future(
-            quietly(known.conversation()) if conversation else _none()))
-        try:
+        early: dict[str, Awaitable[Any]] = {} if known is None else {
+            "live": self.live(known), "conversation": quietly(known.conversation()) if conversation else nothing()}
+        with prefetch(early) as begun:
             ws = await self.workspace(name)
-            driver = self.driver(ws)
-            if not (early is not None and same_reach(known, driver)):
-                driver = await self.keyed_driver(ws)
-            if early is not None and same_reach(known, driver):
-                params, (live, unreachable), messages = await asyncio.gather(self.params(ws), *early)
+            if self._runner_unkeyed(ws):
+                await self.params(ws)  # the runner's key is a build parameter: read first, once per build
+            driver = self._driver_of(ws)
+            ready = driver if base_status(ws, self.slugs).value == READY else None
+            if begun and same_reach(known, ready):
+                reads: tuple[Awaitable[Any], ...] = (begun["live"], begun["conversation"])
             else:
-                params, (live, unreachable), messages = await asyncio.gather(
-                    self.params(ws), self.live(driver),
-                    quietly(driver.conversation()) if driver and conversation else _none())
-            self.remember(ws.name, driver)
-            return Snapshot(ws, params, live, unreachable), messages
-        finally:
-            for read in early or ():
-                settle(read)
+                reads = (self.live(ready), quietly(ready.conversation()) if ready and conversation else nothing())
+            params, (live, unreachable), messages = await asyncio.gather(self.params(ws), *reads)
+            self.remember(ws.name, ready)
+            return Snapshot(ws, params, live, unreachable, driver), messages
 
     def not_ready(self, snap: Snapshot, what: str = "not ready for work") -> FleetError:
         status = live_status(snap, self.slugs)
@@ -187,26 +187,21 @@ class Fleet:
         return AgentList(agents=agents, total_count=len(agents))
 
     async def show(self, name: str) -> ShownAgent:
+        """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline
+        while its workspace runs, what its program itself reported."""
         snap, messages = await self.snapshot(name, conversation=True)
-        ws, params = snap.workspace, snap.params
-        status = with_screen_prompt(live_status(snap, self.slugs), self.driver(ws), messages)
-        problem = status.problem
-        if status.value in ("failed", "offline") and ws.latest_build.status == "running":
-            problem = await self._with_reported_errors(ws, problem)
-        statuses = await self.statuses(ws)
-        current = next((m.content for m in reversed(messages or []) if m.role == "user"), None) if snap.live else None
-        current = current or reported_task(ws, self.slugs)
-        agent = agent_answer(ws, params, status, current or params.get(TASK) or None, statuses)
-        agent.problem = problem
-        agent.driver = driver.kind if (driver := driver_for(self.client, ws, self.slugs)) else None  # type: ignore[assignment]
-        agent.model = params.get(MODEL) or (snap.live.model if snap.live else None) or None
-        agent.cost_usd = snap.live.cost_usd if snap.live and agent.driver == "runner" else None
-        agent.last_activity_at = iso(last_activity(ws))
-        return ShownAgent(agent=agent)
+        status = with_screen_prompt(live_status(snap, self.slugs), snap.driver, messages)
+        problem = await self._with_reported_errors(snap, status.problem) if (
+            status.value in ("failed", "offline") and snap.workspace.latest_build.status == "running") else None
+        statuses = await self.statuses(snap.workspace)
+        asked = next((m.content for m in reversed(messages or []) if m.role == "user"), None) if snap.live else None
+        current = asked or reported_task(snap.workspace, self.slugs) or snap.params.get(TASK) or None
+        return ShownAgent(agent=agent_answer(snap.workspace, snap.params, status, current, statuses, problem=problem,
+                                             driver=snap.driver, live=snap.live))
 
-    async def _with_reported_errors(self, ws: Workspace, problem: str | None) -> str | None:
+    async def _with_reported_errors(self, snap: Snapshot, problem: str | None) -> str | None:
         """Add what the agent's program itself reported, when it can be reached."""
-        driver = driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
+        driver = snap.driver
         if driver is None:
             return problem
         try:
@@ -304,32 +299,20 @@ def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Mes
 
 
 def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current: str | None,
-           statuses: list[WorkspaceAppStatus]) -> Agent:
+                 statuses: list[WorkspaceAppStatus], *, problem: str | None = None, driver: Driver | None = None,
+                 live: Live | None = None) -> Agent:
+    """The answer about one agent, built in this one place (`problem`: the status's own when not given)."""
     pr = next((s.uri for s in statuses if s.uri and PR_LINK.match(s.uri)), None)
     project = params.get(PROJECT) or ws.template_name
+    model = params.get(MODEL) or (live.model if live else None) or None
     return Agent(
         name=ws.name, workspace_id=ws.id, workspace_status=ws.latest_build.status, role=params.get(ROLE, ""),
         project=project, spec=params.get(SPEC, ""), current_task=current, created_at=iso(ws.created_at) or "",
-        updated_at=iso(ws.updated_at or ws.created_at) or "", problem=status.problem, **facts(status),
+        updated_at=iso(ws.updated_at or ws.created_at) or "", **facts(status),
+        problem=problem if problem is not None else status.problem,
+        driver=driver.kind if driver else None,  # type: ignore[arg-type]
+        model=model, cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
+        last_activity_at=iso(last_activity(ws)),
         metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,
                           fleet_mcp_agent_spec=params.get(SPEC, ""), fleet_mcp_current_task=current,
                           fleet_mcp_pull_request_url=pr, fleet_mcp_model=params.get(MODEL) or None))
-
-
-def settle(future: asyncio.Future[Any]) -> None:
-    """Cancel `future` if it is still running, else take its outcome: a read begun early and not needed in the
-    end is never logged as a lost exception."""
-    if not future.cancel() and not future.cancelled():
-        future.exception()
-
-
-async def quietly(call: Awaitable[T]) -> T | None:
-    """A read whose failure only leaves a detail out of the answer."""
-    try:
-        return await call
-    except (ce.AppProxyError, DriverError):
-        return None
-
-
-async def _none() -> None:
-    return None

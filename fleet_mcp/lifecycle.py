@@ -12,8 +12,9 @@ from .coder import errors as ce
 from .coder.client import Transition
 from .coder.schemas import RichParameter, Template, Workspace
 from .errors import FleetError, bad_request, unexpected
-from .fleet import Fleet, agent_answer, settle
+from .fleet import Fleet, agent_answer
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
+from .reads import settle
 from .rules import (
     MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_result_schema, check_text, valid_name,
@@ -22,7 +23,7 @@ from .status import list_status
 
 __all__ = ["Lifecycle"]
 
-MAX_AUTOSTOP_MINUTES = 7 * 24 * 60  # Coder refuses a TTL over a week
+MAX_AUTOSTOP_MINUTES = 30 * 24 * 60  # Coder's ttlMaximum (coderd/workspaces.go): 30 days
 
 
 class Lifecycle:

@@ -16,9 +16,9 @@ __all__ = [
 
 AgentStatus = Literal[
     "pending", "starting", "busy", "idle", "needs_input", "stopping", "stopped", "failed",
-    "canceling", "canceled", "deleting", "deleted", "offline",
+    "canceling", "canceled", "deleting", "deleted", "offline", "unknown",
 ]
-StatusSource = Literal["build", "workspace agent", "app status", "driver"]
+StatusSource = Literal["build", "workspace agent", "app status", "driver", "no app statuses"]
 LastTurn = Literal["succeeded", "failed", "interrupted"]
 Condition = Literal["idle", "needs_input", "stopped", "failed"]
 # US dollars to a millionth (a hundredth of a cent's hundredth): sums of float prices carry noise beyond that.
@@ -41,7 +41,8 @@ class StatusFacts(BaseModel):
     """Where a status came from, since when, and how the agent's last turn ended."""
 
     status_source: StatusSource = Field(description="What the status was read from: build, workspace agent, "
-                                                    "app status (the agent's own reports) or driver (asked live)")
+                                                    "app status (the agent's own reports), driver (asked live), or "
+                                                    "no app statuses (Coder's listing carried none: status unknown)")
     status_since: str | None = Field(default=None, description="When the agent entered this status, as far as known")
     last_turn: LastTurn | None = Field(default=None, description="How the last finished turn ended, once one has")
     last_turn_error: str | None = Field(default=None, description="Why the last turn failed, when it did")

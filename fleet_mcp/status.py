@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 import pydantic
 
 from .coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
-from .drivers import Live, Pending, Slugs, agent_and_app
+from .drivers import Driver, Live, Pending, Slugs, agent_and_app
 
 __all__ = [
     "READY", "RUNNER_PROMPT_URI", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
@@ -24,6 +24,8 @@ __all__ = [
 ]
 
 READY = "ready"  # base_status's word for "the driver decides"
+UNREPORTED = ("Coder's answer carried no app statuses (a slimmer workspace answer than the fleet reads), so "
+              "busy and idle cannot be told apart from it; show_agent asks the agent itself.")
 # How the runner marks a pending prompt in an app status (specs/runner.md): the status's `uri`, which only the
 # runner sets. A message, which carries the agent's words, never decides a status.
 RUNNER_PROMPT_URI = "fleet-runner:needs-input?"
@@ -39,7 +41,7 @@ class Status:
 
     value: str
     problem: str | None = None
-    source: str = "build"  # build | workspace agent | app status | driver
+    source: str = "build"  # build | workspace agent | app status | driver | no app statuses
     since: datetime | None = None
     last_turn: str | None = None  # succeeded | failed | interrupted, once a turn has ended
     last_turn_error: str | None = None
@@ -48,12 +50,13 @@ class Status:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One agent as gathered for a call: the workspace, its build parameters and the driver's answer."""
+    """One agent as gathered for a call: the workspace, its build parameters, its driver and the driver's answer."""
 
     workspace: Workspace
     params: dict[str, str] = field(default_factory=dict)
     live: Live | None = None
     unreachable: str | None = None  # why the driver could not be asked, when it could not
+    driver: Driver | None = None  # how its agent's program is reached (asked only while the workspace is ready)
 
 
 def base_status(ws: Workspace, slugs: Slugs) -> Status:
@@ -168,6 +171,8 @@ def list_status(ws: Workspace, slugs: Slugs) -> Status:
     base = base_status(ws, slugs)
     if base.value != READY:
         return base
+    if not ws.sends_app_statuses:
+        return Status("unknown", UNREPORTED, "no app statuses", base.since)
     app, statuses = app_statuses(ws, slugs)
     if app is not None and not app.statuses and fresh_app_status(ws) is not None:
         statuses = [fresh_app_status(ws)]  # type: ignore[list-item]  # a listing without per-app history
@@ -187,6 +192,8 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
     if live is None:
         return replace(base, value="offline", problem=snap.unreachable)
     turn = list_status(snap.workspace, slugs)
+    if turn.value == "unknown":  # the driver answers what the listing could not; how the last turn ended stays unknown
+        turn = Status("idle", source="driver", since=live.since)
     if live.state == "starting":  # the runner is (re)connecting to Claude Code; a task sent now waits for it
         return Status("starting", source="driver", since=live.since)
     if live.state == "working":

@@ -252,7 +252,8 @@ async def wait_for_agents(
     waits: Waits = Depends(waits_of),
 ) -> WaitResult:
     """Block until all (or any) of the named agents reach a condition, or the timeout passes; instead of
-    polling list_agents. Sends progress while it waits. Answers each agent's status, which met the
+    polling list_agents. Sends progress while it waits (agents done out of the group, at least every 5 s by
+    default). Answers each agent's status, which met the
     condition, and `timed_out`. Tip: until=["idle", "needs_input"] also ends when an agent asks for
     permission."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,9 +14,10 @@ from .drivers import (
     Unreachable, same_reach,
 )
 from .errors import FleetError, bad_request, conflict, unavailable
-from .fleet import Fleet, prompt, quietly, settle, with_screen_prompt
+from .fleet import Fleet, prompt, with_screen_prompt
 from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, until
+from .reads import prefetch, quietly
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
@@ -142,7 +144,7 @@ class Turns:
             raise bad_request("prompt_id must name the prompt you answer, as show_agent, list_agents, show_agents "
                               "or wait_for_agents show it (pending.prompt_id).", field="prompt_id")
         snap, messages = await self.fleet.snapshot(name, conversation=True)
-        driver = self.fleet.driver(snap.workspace)
+        driver = snap.driver
         status = with_screen_prompt(live_status(snap, self.fleet.slugs), driver, messages)
         if driver is None or snap.live is None:
             raise self.fleet.not_ready(snap, "so it cannot be answered")
@@ -161,7 +163,7 @@ class Turns:
         except DriverError as exc:
             raise refused(name, exc) from None
         live, unreachable = await self.fleet.live(driver)
-        after = live_status(Snapshot(snap.workspace, snap.params, live, unreachable), self.fleet.slugs)
+        after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id,
                             agent_status=after.value,  # type: ignore[arg-type]
                             pending=prompt(after.pending) if after.value == "needs_input" else None,
@@ -185,19 +187,16 @@ class Turns:
         # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
         # turn's changes and typed answer): one round trip, used only if the workspace still says that address.
         known = self.fleet.remembered(name)
-        early = asyncio.ensure_future(known.results()) if known is not None and known.kind == "runner" else None
-        try:
-            snap, messages = await self.fleet.snapshot(name, conversation=early is None)
-            driver = self.fleet.driver(snap.workspace)
+        early = {"results": known.results()} if known is not None and known.kind == "runner" else {}
+        with prefetch(early) as begun:
+            snap, messages = await self.fleet.snapshot(name, conversation=not begun)
+            driver = snap.driver
             if driver is None or snap.live is None:
                 raise self.fleet.not_ready(snap, "so its result cannot be read")
             if driver.kind == "runner":
-                results = await (early if early is not None and same_reach(known, driver) else driver.results())
+                results = await (begun["results"] if begun and same_reach(known, driver) else driver.results())
             elif messages is None:
                 messages = await quietly(driver.conversation())
-        finally:
-            if early is not None:
-                settle(early)
         if driver.kind == "runner":
             if not results:
                 raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(

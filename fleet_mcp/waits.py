@@ -14,8 +14,9 @@ from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found, unavailable
-from .fleet import Fleet, prompt, quietly, reported_task, settle, with_screen_prompt
+from .fleet import Fleet, prompt, reported_task, with_screen_prompt
 from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
+from .reads import prefetch, quietly
 from .rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
@@ -150,16 +151,13 @@ class Waits:
         names = _names(names, most=MAX_GLANCES)
         # The agents last seen ready are asked along with the listing (one round trip, not two); what the
         # listing shows changed since (stopped, rebuilt elsewhere) is asked again or left out.
-        early = {n: (d, asyncio.ensure_future(self._details(d))) for n in names
-                 if (d := self.fleet.remembered(n)) is not None}
-        try:
+        known = {n: d for n in names if (d := self.fleet.remembered(n)) is not None}
+        with prefetch({n: self._details(d) for n, d in known.items()}) as begun:
             page = await self.listing.get(max_age=0)  # fresh: a glance is a read of now
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             return AgentGlances(agents=list(await asyncio.gather(*(
-                self._glance(n, by_name.get(n.lower()), early.get(n)) for n in names))))
-        finally:
-            for _, asked in early.values():
-                settle(asked)
+                self._glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None)
+                for n in names))))
 
     async def _glance(self, name: str, ws: Workspace | None,
                       early: tuple[Driver, asyncio.Future[Details]] | None) -> AgentGlance:

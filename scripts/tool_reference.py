@@ -57,21 +57,24 @@ async def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def updated(readme: str, reference: str) -> str:
-    head, _, rest = readme.partition(START)
-    _, _, tail = rest.partition(END)
-    return f"{head}{START}\n\n{reference}\n{END}{tail}"
+def updated(readme: str, reference: str, start: str = START, end: str = END) -> str:
+    """`readme` with the section between `start` and `end` replaced by `reference`."""
+    head, _, rest = readme.partition(start)
+    _, _, tail = rest.partition(end)
+    return f"{head}{start}\n\n{reference}\n{end}{tail}"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], reference: str | None = None, start: str = START, end: str = END,
+         script: str = "scripts/tool_reference.py") -> int:
+    """Rewrite README.md's section (`--check`: exit 1 when it is stale); scripts/settings_table.py uses it too."""
     readme = README.read_text()
-    if START not in readme or END not in readme:
-        print(f"README.md lacks the {START} / {END} markers", file=sys.stderr)
+    if start not in readme or end not in readme:
+        print(f"README.md lacks the {start} / {end} markers", file=sys.stderr)
         return 1
-    fresh = updated(readme, asyncio.run(render()))
+    fresh = updated(readme, reference if reference is not None else asyncio.run(render()), start, end)
     if "--check" in argv:
         if fresh != readme:
-            print("README.md's tool reference is stale: run python scripts/tool_reference.py", file=sys.stderr)
+            print(f"README.md's section {start} is stale: run python {script}", file=sys.stderr)
             return 1
         return 0
     README.write_text(fresh)

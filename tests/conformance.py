@@ -67,7 +67,11 @@ class Conformance:
             body = json.loads(response.content) if response.content else None
         except ValueError:
             return  # a deliberately broken body (fault injection) is the test's business
-        self.check(response.request.method, response.request.url.path, response.status_code, body)
+        path, label = response.request.url.path, response.request.headers.get("host", "").split(".", 1)[0]
+        if "--" in label:  # a subdomain app (`slug[--agent]--workspace--owner.<wildcard>`): as its path twin
+            slug, *_, workspace, owner = label.split("--")
+            path = f"/@{owner}/{workspace}/apps/{slug}{path}"
+        self.check(response.request.method, path, response.status_code, body)
 
     def summary(self) -> str:
         if not self.enabled:

@@ -10,16 +10,47 @@ import pytest
 
 from conformance import Conformance
 from fleet_mcp.emulator import Emulator
-from support import ALICE_TOKEN, TOKEN, CheckedTransport, Tools, client_for, fleet_settings
+from support import (ALICE_TOKEN, SPAWNS, TOKEN, CheckedTransport, Tools, client_for, count_spawns, fleet_settings,
+                     subdomain_apps_only)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[Conformance.KEY] = Conformance.load()
+    count_spawns()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its tally goes to the controller
+        workeroutput["conformance"] = dict(session.config.stash[Conformance.KEY].checked)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller adds up what each worker validated."""
+    node.config.stash[Conformance.KEY].checked.update(node.workeroutput.get("conformance", {}))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     conformance: Conformance = config.stash[Conformance.KEY]
     terminalreporter.write_line(conformance.summary())
+
+
+SPAWNED_BEFORE = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[SPAWNED_BEFORE] = SPAWNS.count  # before any fixture: a module fixture's process counts too
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Keeps `-m "not system"` (the quick loop) honest: a test that starts a process is marked `system`."""
+    result = yield
+    if SPAWNS.count > item.stash.get(SPAWNED_BEFORE, SPAWNS.count) and item.get_closest_marker("system") is None:
+        pytest.fail(f"{item.nodeid} starts a process: mark it `system`", pytrace=False)
+    return result
 
 
 @pytest.fixture
@@ -44,12 +75,21 @@ async def alice(emulator: Emulator, conformance: Conformance) -> AsyncIterator[h
         yield client
 
 
+@pytest.fixture(params=["path", "subdomain"])
+def app_mode(request: pytest.FixtureRequest) -> str:
+    """How the fleet reaches workspace apps: Coder's path form, or subdomains on a deployment that
+    refuses path apps (`--disable-path-apps` with a wildcard access URL)."""
+    return request.param
+
+
 @pytest.fixture
-async def tools(emulator: Emulator, conformance: Conformance) -> AsyncIterator[Tools]:
+async def tools(emulator: Emulator, conformance: Conformance, app_mode: str) -> AsyncIterator[Tools]:
     from fastmcp import Client
 
     from fleet_mcp.server import build_server
 
+    if app_mode == "subdomain":
+        subdomain_apps_only(emulator)
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     server = build_server(fleet_settings(), transport=transport)
     async with Client(server) as client:

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from processes import clean_env
-from support import TOKEN, CheckedTransport, Tools, fleet_settings
+from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 from fleet_mcp.emulator.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
@@ -36,10 +36,12 @@ RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as
 
 
 @asynccontextmanager
-async def runner_fleet(conformance, anthropic_base_url: str | None = None,
+async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: str | None = None,
                        **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
     """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner (talking to
-    `anthropic_base_url`, else the emulator's own scripted model)."""
+    `anthropic_base_url`, else the emulator's own scripted model); with `app_mode="subdomain"` the emulator
+    refuses path apps, and the fleet reaches the runners' app hosts (which no DNS knows) through
+    FLEET_MCP_CONNECT_TO."""
     from fastmcp import Client
 
     from fleet_mcp.emulator import REAL_TIME, Emulator
@@ -47,8 +49,12 @@ async def runner_fleet(conformance, anthropic_base_url: str | None = None,
 
     emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner",
                         anthropic_base_url=anthropic_base_url)
+    if app_mode == "subdomain":
+        subdomain_apps_only(emulator)
     async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
                                                            timeout=30) as coder:
+        if app_mode == "subdomain":
+            settings["connect_to"] = f"*.{APP_HOST}=127.0.0.1:{httpx.URL(url).port}"
         transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
         server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
                                              cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)

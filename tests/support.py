@@ -6,7 +6,10 @@ Plain functions and classes (fixtures live in conftest.py), importable as
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
+from dataclasses import dataclass
 
 import httpx
 
@@ -18,6 +21,38 @@ ALICE_TOKEN = "demo-token-alice"
 TOOLS = {"create_agent", "list_agents", "show_agent", "show_agent_task_history", "delete_agent", "start_agent_task",
          "cancel_agent_task", "list_agent_roles", "list_agent_projects", "show_agent_log", "wait_for_agents",
          "show_agents", "answer_agent", "get_agent_result", "stop_agent", "start_agent", "show_agent_diff"}
+
+
+@dataclass
+class Spawns:
+    count: int = 0
+
+
+SPAWNS = Spawns()
+
+
+def count_spawns() -> None:
+    """Count every process started from here on (`subprocess.Popen`, which asyncio's subprocesses use too)."""
+    original = subprocess.Popen.__init__
+    if getattr(original, "counted", False):
+        return
+
+    @functools.wraps(original)
+    def counted(self, *args, **kwargs) -> None:
+        SPAWNS.count += 1
+        original(self, *args, **kwargs)
+
+    counted.counted = True  # type: ignore[attr-defined]
+    subprocess.Popen.__init__ = counted  # type: ignore[method-assign]
+
+
+APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this
+
+
+def subdomain_apps_only(emulator: Emulator) -> None:
+    """The emulator as a Coder run with `--wildcard-access-url '*.apps.example.test' --disable-path-apps`."""
+    emulator.backend.wildcard_hostname = f"*.{APP_HOST}"
+    emulator.backend.disable_path_apps = True
 
 
 def client_for(emulator: Emulator, conformance: Conformance, token: str | None = TOKEN) -> httpx.AsyncClient:

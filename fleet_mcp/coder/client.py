@@ -20,18 +20,18 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
-from urllib.parse import quote
 
 import httpx
 import pydantic
 
 from fleet_mcp.coder import bounded, netcause
+from fleet_mcp.coder.apps import App, AppHosting, ConnectTo, _seg, app_proxy_path
 from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.errors import (
-    CoderError, Oversized, RateLimited, ServerError, Unavailable, error_from_response, redact,
+    CoderError, Oversized, PathAppsDisabled, RateLimited, ServerError, Unavailable, error_from_response, redact,
 )
 from fleet_mcp.coder.schemas import (
-    BuildInfo, BuildParameter, Organization, Preset, Presets,
+    AppHost, BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
@@ -39,7 +39,7 @@ from fleet_mcp.coder.schemas import (
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-__all__ = ["APP_HEADERS", "CoderClient", "Transition", "app_proxy_path"]
+__all__ = ["APP_HEADERS", "App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]
 
 # Headers a workspace app's own door asks for (the runner's key), added to requests sent while set.
 APP_HEADERS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fleet_mcp_app_headers", default=())
@@ -66,18 +66,6 @@ _LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepa
 _POOL_WAIT_S = 10.0
 
 
-def app_proxy_path(owner: str, workspace: str, agent: str | None, slug: str, rest: str = "") -> str:
-    """Path of a workspace app through Coder's path-based app proxy.
-
-    `/@{owner}/{workspace}[.{agent}]/apps/{slug}/{rest}`; the proxy refuses `@me`,
-    so `owner` must be a real username (or user ID).
-    """
-    if not owner or owner.lower() == "me":
-        raise ValueError("app proxy paths need the owner's username, not 'me'")
-    target = _seg(workspace) + (f".{_seg(agent)}" if agent else "")
-    return f"/@{_seg(owner)}/{target}/apps/{_seg(slug)}/{rest.lstrip('/')}"
-
-
 class CoderClient:
     """Async client of one Coder deployment at `url`, authenticated by a session `token`.
 
@@ -86,13 +74,14 @@ class CoderClient:
     emulator). `request_timeout_s` bounds one request once connected, its answer read whole;
     `connect_timeout_s` connecting; reads that fail transiently are tried again for up to `retry_budget_s`
     (writes never), and never past `deadline()` (loop time) when it answers one: the caller's own deadline.
-    `on_request` is called for every request sent (the caller counts them). Raises only `CoderError`s.
+    `on_request` is called for every request sent (the caller counts them). `connect_to` sends requests for
+    some hosts to another address (curl's --connect-to; see `apps`). Raises only `CoderError`s.
     """
 
     def __init__(self, url: str, token: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None,
                  request_timeout_s: float = 30.0, connect_timeout_s: float = 5.0, retry_budget_s: float = 20.0,
                  on_request: Callable[[], None] | None = None,
-                 deadline: Callable[[], float | None] | None = None) -> None:
+                 deadline: Callable[[], float | None] | None = None, connect_to: ConnectTo | None = None) -> None:
         self.on_request = on_request
         self._deadline = deadline
         self._retry_budget_s = retry_budget_s
@@ -103,6 +92,8 @@ class CoderClient:
         # makes Coder answer 400 "CSRF error").
         self._transport = transport or _transport(url)
         self._base = url.rstrip("/")
+        self.apps = AppHosting(url)
+        self._connect_to = connect_to or ConnectTo()
         # One request's whole time: connecting, then the answer to its last byte (a body may drip for ever).
         self._deadline_s = connect_timeout_s + request_timeout_s
         self._headers = [
@@ -145,6 +136,10 @@ class CoderClient:
         """Proxy regions, with their path-app URL and wildcard app hostname."""
         page = await self._request("GET", "/api/v2/regions", RegionsPage)
         return list(page.regions)
+
+    async def app_host(self) -> str:
+        """The wildcard app host (`*.apps.example.com[:port]`), "" where subdomain apps are not set up."""
+        return (await self._request("GET", "/api/v2/applications/host", AppHost, limit="status")).host
 
     # --- templates ------------------------------------------------------------------
 
@@ -271,30 +266,88 @@ class CoderClient:
 
     # --- workspace apps through the app proxy --------------------------------------------
 
-    async def app_request(self, method: str, path: str, model: Any = None, *, json: Any = None,
+    async def app_request(self, method: str, app: App, rest: str, model: Any = None, *, json: Any = None,
                           limit: Limit = "status") -> Any:
-        """A request to a workspace app (`path` from `app_proxy_path`), mapped, retried and parsed as any other;
-        its answer may be at most `bounded.LIMITS[limit]` bytes."""
-        return await self._request(method, path, model, json=json, limit=limit)
+        """A request to `rest` of a workspace app, by path or subdomain as the deployment allows; mapped, retried
+        and parsed as any other; its answer may be at most `bounded.LIMITS[limit]` bytes."""
+        url = await self.app_url(app, rest)
+        try:
+            return await self._request(method, url, model, json=json, limit=limit)
+        except PathAppsDisabled:
+            if (again := await self._path_refused(app, rest, url)) is None:
+                raise
+            return await self._request(method, again, model, json=json, limit=limit)
 
     @asynccontextmanager
-    async def app_lines(self, path: str, limit: Limit = "events") -> AsyncIterator[AsyncIterator[str]]:
+    async def app_lines(self, app: App, rest: str, limit: Limit = "events") -> AsyncIterator[AsyncIterator[str]]:
         """The lines of a streamed GET of a workspace app (server-sent events), as they come; failures raise as
         for other calls, and `Oversized` once more than `bounded.LIMITS[limit]` bytes came. The caller bounds
         the time."""
-        if self.on_request is not None:
-            self.on_request()
-        where = f"GET {path}"
+        url = await self.app_url(app, rest)
         try:
-            response = await self._send("GET", path, accept="text/event-stream")
-        except httpx.HTTPError as exc:
-            raise self._no_answer(where, exc) from exc
+            response = await self._open_stream(url)
+        except PathAppsDisabled:
+            if (again := await self._path_refused(app, rest, url)) is None:
+                raise
+            url, response = again, await self._open_stream(again)
         try:
-            if not response.is_success:
-                raise error_from_response(await self._error_body(response, where), secret=self._secret)
-            yield self._bounded_lines(response, where, bounded.LIMITS[limit])
+            yield self._bounded_lines(response, f"GET {url}", bounded.LIMITS[limit])
         finally:
             await response.aclose()
+
+    async def _open_stream(self, url: str) -> httpx.Response:
+        if self.on_request is not None:
+            self.on_request()
+        where = f"GET {url}"
+        try:
+            response = await self._send("GET", url, accept="text/event-stream")
+        except httpx.HTTPError as exc:
+            raise self._no_answer(where, exc) from exc
+        if not response.is_success:
+            try:
+                raise error_from_response(await self._error_body(response, where), secret=self._secret)
+            finally:
+                await response.aclose()
+        return response
+
+    async def app_url(self, app: App, rest: str = "") -> str:
+        """Where `rest` of `app` is asked: its subdomain URL, or its path on Coder's URL."""
+        if (app.subdomain or self.apps.path_refused) and self.apps.wildcard is None:
+            self.apps.wildcard = await self.app_host()
+        return self.apps.url(app, rest) if self.apps.by_subdomain(app) else app.path(rest)
+
+    async def path_apps_refused(self, owner: str) -> bool:
+        """Whether Coder refuses path apps (`--disable-path-apps`), which it tells a non-admin no other way:
+        asks for an app of a workspace nobody has, refused with 403 before any lookup, else 404."""
+        try:
+            await self._request("GET", App(owner, "fleet-mcp-probe", None, "fleet-mcp-probe").path(), None,
+                                limit="status")
+        except PathAppsDisabled:
+            return True
+        except CoderError:
+            pass
+        return False
+
+    async def app_host_unreachable(self, owner: str) -> str | None:
+        """Why an app host under Coder's wildcard does not reach Coder (DNS, FLEET_MCP_CONNECT_TO), or None
+        when it does: Coder answers its own 404 for an app nobody has."""
+        wildcard = await self.app_host()
+        if not wildcard:
+            return "Coder reports no wildcard app host"
+        probe = App(owner, "fleet-mcp-probe", None, "fleet-mcp-probe", subdomain=True)
+        hosting = AppHosting(self._base)
+        hosting.wildcard = wildcard
+        try:
+            await self._request("GET", hosting.url(probe), None, limit="status")
+        except CoderError as exc:
+            return exc.message if exc.status is None else None
+        return None
+
+    async def _path_refused(self, app: App, rest: str, tried: str) -> str | None:
+        """Coder refused the path form: from now on apps go by subdomain; the URL to try instead, if any."""
+        self.apps.path_refused = True
+        again = await self.app_url(app, rest)
+        return again if again != tried else None
 
     async def _bounded_lines(self, response: httpx.Response, where: str, cap: int) -> AsyncIterator[str]:
         try:
@@ -311,8 +364,12 @@ class CoderClient:
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
         headers = [*headers, *APP_HEADERS.get()]
-        request = httpx.Request(method, _url(self._base + path), params=params, json=json, headers=headers,
+        # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
+        url = _url(self._base + path if path.startswith("/") else path)
+        request = httpx.Request(method, url, params=params, json=json, headers=headers,
                                 extensions={"timeout": self._timeouts})
+        if self._connect_to:
+            self._connect_to.route(request)
         response = await self._transport.handle_async_request(request)
         response.request = request
         return response
@@ -496,9 +553,3 @@ def _adapter(model: Any) -> pydantic.TypeAdapter[Any]:
 
 def _values(parameters: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in parameters.items()]
-
-
-def _seg(value: str) -> str:
-    """One URL path segment, with `/`, `?`, `#`, `%` and friends escaped."""
-    return quote(str(value), safe="")
-

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, C
 __all__ = [
     "AgentHealth", "BuildInfo", "BuildParameter", "LenientModel", "ListOf",
     "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
-    "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
+    "AppHost", "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
     "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
     "WorkspaceBuild", "WorkspaceHealth", "WorkspaceResource", "WorkspacesPage",
     "parse_timestamp",
@@ -123,6 +123,10 @@ class Region(LenientModel):
     healthy: bool = True
     path_app_url: Text = ""
     wildcard_hostname: Text = ""
+
+
+class AppHost(LenientModel):
+    host: Text = ""
 
 
 class RegionsPage(LenientModel):
@@ -336,6 +340,13 @@ class Workspace(LenientModel):
     last_used_at: Timestamp = None
     deleting_at: Timestamp = None
     dormant_at: Timestamp = None
+
+    @property
+    def sends_app_statuses(self) -> bool:
+        """Whether Coder sent app status fields at all (`latest_app_status`, or `statuses` on an app): a
+        slimmer answer without them says nothing about the agent's turn, where an empty one says "none"."""
+        return "latest_app_status" in self.model_fields_set or any(
+            "statuses" in app.model_fields_set for agent in self.latest_build.agents for app in agent.apps)
 
 
 class WorkspacesPage(LenientModel):

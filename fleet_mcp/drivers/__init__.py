@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..coder.client import CoderClient
+from ..coder.client import App, CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
@@ -59,6 +59,7 @@ def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None
     agent, app = agent_and_app(ws, slugs)
     if app is None:
         return None
+    address = App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain, app.subdomain_name)
     if app.slug == slugs.runner:
-        return RunnerDriver(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug, key)
-    return AgentAPIDriver(client, ws.owner_name, ws.name, agent.name if agent else None, app.slug)
+        return RunnerDriver(client, address, key)
+    return AgentAPIDriver(client, address)

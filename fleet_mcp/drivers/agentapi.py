@@ -16,7 +16,7 @@ from typing import TypeVar
 import pydantic
 
 from ..coder import errors as ce
-from ..coder.client import CoderClient, app_proxy_path
+from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, Text, Timestamp
 from ..polling import until
 from .base import (
@@ -65,17 +65,15 @@ def is_busy_refusal(exc: ce.CoderError) -> bool:
 
 
 class AgentAPIDriver:
-    """One workspace's AgentAPI, at `/@owner/workspace.agent/apps/<slug>/`."""
+    """One workspace's AgentAPI, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
     kind = "agentapi"
 
-    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str) -> None:
+    def __init__(self, client: CoderClient, app: App) -> None:
         self.client = client
-        self.slug = slug
-        self.address = (owner, workspace, agent, slug)
-
-    def _path(self, rest: str) -> str:
-        return app_proxy_path(*self.address, rest)
+        self.app = app
+        self.slug = app.slug
+        self.address = (app.owner, app.workspace, app.agent, app.slug)
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -90,7 +88,7 @@ class AgentAPIDriver:
 
     async def _status(self) -> AgentStatus:
         status: AgentStatus = await self._call(
-            lambda: self.client.app_request("GET", self._path("status"), AgentStatus))
+            lambda: self.client.app_request("GET", self.app, "status", AgentStatus))
         return status
 
     async def live(self) -> Live:
@@ -100,7 +98,7 @@ class AgentAPIDriver:
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call(
-            lambda: self.client.app_request("GET", self._path("messages"), ConversationPage, limit="conversation"))
+            lambda: self.client.app_request("GET", self.app, "messages", ConversationPage, limit="conversation"))
         return page.conversation()
 
     async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
@@ -128,7 +126,7 @@ class AgentAPIDriver:
 
     async def _keys(self, content: str, kind: str) -> None:
         try:
-            await self._call(lambda: self.client.app_request("POST", self._path("message"),
+            await self._call(lambda: self.client.app_request("POST", self.app, "message",
                                                              json={"content": content, "type": kind}))
         except ce.CoderError as exc:
             if is_busy_refusal(exc):
@@ -161,7 +159,7 @@ class AgentAPIDriver:
         errors: list[str] = []
 
         async def read() -> None:
-            async with self.client.app_lines(self._path("events")) as lines:
+            async with self.client.app_lines(self.app, "events") as lines:
                 event, replayed_status = "", False
                 async for line in lines:
                     if line.startswith("event:"):

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from ..coder import errors as ce
 from ..coder.bounded import Limit
-from ..coder.client import APP_HEADERS, CoderClient, app_proxy_path
+from ..coder.client import APP_HEADERS, App, CoderClient
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
     Answered, Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, StalePrompt, TurnResult, Unreachable,
@@ -134,24 +134,23 @@ class _Results(LenientModel):
 
 
 class RunnerDriver:
-    """One workspace's runner, at `/@owner/workspace.agent/apps/<slug>/`."""
+    """One workspace's runner, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
     kind = "runner"
 
-    def __init__(self, client: CoderClient, owner: str, workspace: str, agent: str | None, slug: str,
-                 key: str | None = None) -> None:
+    def __init__(self, client: CoderClient, app: App, key: str | None = None) -> None:
         self.client = client
-        self.slug = slug
-        self.address = (owner, workspace, agent, slug)
+        self.app = app
+        self.slug = app.slug
+        self.address = (app.owner, app.workspace, app.agent, app.slug)
         self._key = key
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
                     limit: Limit = "status") -> Any:
-        path = app_proxy_path(*self.address, rest)
         sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
         try:
-            return await _reachable(self.slug, lambda: self.client.app_request(method, path, model, json=body,
-                                                                               limit=limit), self.address[1])
+            return await _reachable(self.slug, lambda: self.client.app_request(
+                method, self.app, rest, model, json=body, limit=limit), self.address[1])
         finally:
             APP_HEADERS.reset(sent)
 

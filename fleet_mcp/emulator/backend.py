@@ -48,6 +48,7 @@ class Backend:
         self.rate_limit = False
         self.wildcard_hostname = ""
         self.disable_path_apps = False  # Coder's --disable-path-apps
+        self.app_statuses_in_answers = True  # False: a slimmer Coder whose workspace answers leave app statuses out
         self.time_per_request = 0.0
         self.requests: Counter[str] = Counter()
         self.reset()

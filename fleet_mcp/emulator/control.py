@@ -96,7 +96,7 @@ def control_routes(control: Control) -> list[Route]:
         return JSONResponse({"created": len(names), "names": names})
 
     async def template(request: Request) -> Response:
-        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, ...,
+        """Add a template: {name, display_name, parameters: [names or specs], presets, apps, subdomain_apps, ...,
         default_ttl_ms, activity_bump_ms, allow_user_autostop, max_deadline_ms}."""
         data = await _body(request)
         for name, kind in SCHEDULE_FIELDS.items():
@@ -110,6 +110,7 @@ def control_routes(control: Control) -> list[Route]:
         t = seed.add_template(b, data["name"], data.get("display_name", data["name"]), owner=owner,
                               parameters=params, presets=data.get("presets"),
                               apps=data.get("apps", [seed.fleet_app(control.runtime)]),
+                              subdomain_apps=data.get("subdomain_apps", []),
                               description=data.get("description", ""),
                               allow_cancel=data.get("allow_user_cancel_workspace_jobs", True),
                               build_error=data.get("build_error", ""),
@@ -125,6 +126,14 @@ def control_routes(control: Control) -> list[Route]:
         if "disable_path_apps" in data:
             b.disable_path_apps = bool(data["disable_path_apps"])
         return JSONResponse({"wildcard_hostname": b.wildcard_hostname, "disable_path_apps": b.disable_path_apps})
+
+    async def answers(request: Request) -> Response:
+        """What workspace answers carry: {app_statuses: false} leaves `latest_app_status` and every app's
+        `statuses` out, as a slimmer Coder (an `include_related`-style answer) might."""
+        data = await _body(request)
+        if "app_statuses" in data:
+            b.app_statuses_in_answers = bool(data["app_statuses"])
+        return JSONResponse({"app_statuses": b.app_statuses_in_answers})
 
     async def guard(request: Request) -> Response:
         try:
@@ -145,6 +154,7 @@ def control_routes(control: Control) -> list[Route]:
         ("POST", "/emulator/templates"): template,
         ("GET", "/emulator/app-proxy"): app_proxy,
         ("POST", "/emulator/app-proxy"): app_proxy,
+        ("POST", "/emulator/answers"): answers,
     }
     paths: dict[str, list[str]] = {}
     for method, path in handlers:

@@ -116,7 +116,8 @@ class Lifecycle:
     def _provision(self, ws: Workspace, build: Build, version: TemplateVersion) -> None:
         now = self.clock.now()
         # App ids stay stable per workspace, so a status history spans builds.
-        apps = [App(id=ws.app_ids.setdefault(slug, new_id()), slug=slug) for slug in version.apps]
+        apps = [App(id=ws.app_ids.setdefault(slug, new_id()), slug=slug, subdomain=slug in version.subdomain_apps)
+                for slug in version.apps]
         agent = Agent(id=new_id(), resource_id=build.resource_id, name="main", created_at=now, apps=apps)
         build.agents.append(agent)
 

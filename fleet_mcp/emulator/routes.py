@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -163,6 +164,14 @@ async def regions(request: Request, b: Backend, actor: User) -> Response:
     }]})
 
 
+async def app_host(request: Request, b: Backend, actor: User) -> Response:
+    # appurl.SubdomainAppHost: the access URL's port joins a wildcard that names none.
+    host, port = b.wildcard_hostname, request.url.port
+    if host and port and not re.search(r":\d+$", host):
+        host += f":{port}"
+    return JSONResponse({"host": host})
+
+
 async def create_workspace(request: Request, b: Backend, actor: User) -> Response:
     p = request.path_params
     org = b.organization(p["organization"]) if "organization" in p else None
@@ -241,6 +250,7 @@ def coder_routes(b: Backend) -> list[Route]:
         ("GET", "/templateversions/{templateversion}/presets", presets),
         ("GET", "/templateversions/{templateversion}/resources", version_resources),
         ("GET", "/regions", regions),
+        ("GET", "/applications/host", app_host),
         ("POST", "/users/{user}/workspaces", create_workspace),
         ("POST", "/organizations/{organization}/members/{user}/workspaces", create_workspace),
         ("GET", "/workspaces", workspaces),

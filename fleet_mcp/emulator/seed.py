@@ -61,7 +61,8 @@ def add_user(b: Backend, username: str, token: str, roles: list[str]) -> User:
 def add_template(b: Backend, name: str, display_name: str, *, owner: User, parameters: list[ParameterSpec],
                  presets: dict[str, dict[str, str]] | None = None, apps: list[str] | None = None,
                  description: str = "", allow_cancel: bool = True, build_error: str = "",
-                 startup_error: bool = False, schedule: dict | None = None) -> Template:
+                 startup_error: bool = False, schedule: dict | None = None,
+                 subdomain_apps: list[str] | None = None) -> Template:
     """A template with one version; `schedule` sets default_ttl_ms, activity_bump_ms, allow_user_autostop,
     max_deadline_ms."""
     org = b.default_org()
@@ -70,7 +71,8 @@ def add_template(b: Backend, name: str, display_name: str, *, owner: User, param
         id=version_id, template_id=template_id, name=f"{name}-v1", parameters=parameters,
         presets=[Preset(id=new_id(), name=n, parameters=dict(p), default=(i == 0))
                  for i, (n, p) in enumerate((presets or {}).items())],
-        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error)
+        apps=list(apps or []), created_at=b.now(), build_error=build_error, startup_error=startup_error,
+        subdomain_apps=list(subdomain_apps or []))
     template = Template(id=template_id, organization_id=org.id, name=name, display_name=display_name,
                         description=description, active_version_id=version_id, created_by=owner.id,
                         created_at=b.now(), updated_at=b.now(), allow_user_cancel_workspace_jobs=allow_cancel,
@@ -124,7 +126,9 @@ def bulk_fleet(b: Backend, count: int, *, template: str = "fleet-demo", owner: s
                prefix: str = "bench", spec: str = "Benchmark agent") -> list[str]:
     """Create `count` fleet agents and run their clocks until they are up."""
     user = next(u for u in b.users.values() if u.username == owner)
-    t = next(t for t in b.templates.values() if t.name == template)
+    t = next((t for t in b.templates.values() if t.name == template), None)
+    if t is None:  # a control-API caller's mistake: a 400 saying so, not a 500
+        raise ValueError(f"no template {template!r}")
     names = []
     for i in range(count):
         name = f"{prefix}-{i + 1:04d}"

@@ -75,6 +75,7 @@ class TemplateVersion:
     presets: list[Preset]
     apps: list[str]  # app slugs the agent "main" exposes
     created_at: datetime
+    subdomain_apps: list[str] = field(default_factory=list)  # of those, the ones declared `subdomain = true`
     build_error: str = ""  # non-empty: every build of this version fails with it
     startup_error: bool = False  # the agent's startup script fails (lifecycle start_error)
 
@@ -127,6 +128,7 @@ class App:
     id: str
     slug: str
     health: str = "initializing"  # disabled|initializing|healthy|unhealthy
+    subdomain: bool = False  # reached by subdomain (`coder_app.subdomain = true`)
 
 
 @dataclass

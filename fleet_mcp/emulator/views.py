@@ -153,7 +153,7 @@ def app_status_json(s: AppStatus, ws: Workspace) -> dict:
     }
 
 
-def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None) -> dict:
+def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None, statuses_sent: bool = True) -> dict:
     # ws None: an app of a template version's import (no workspace: no statuses, no subdomain name).
     statuses = [app_status_json(s, ws) for s in reversed(ws.statuses) if s.app_id == app.id] if ws else []
     # AgentAPI (claude-code module) listens on 3284 and answers /status; the runner on 4300, /health.
@@ -162,11 +162,13 @@ def _app_json(app: App, agent: Agent, ws: Workspace | None, owner: User | None) 
     return {
         "id": app.id, "url": f"{base}/", "external": False, "slug": app.slug,
         "display_name": title, "icon": "/icon/claude.svg",
-        "subdomain": False,
-        "subdomain_name": f"{app.slug}--{agent.name}--{ws.name}--{owner.username}" if ws and owner else "",
+        "subdomain": app.subdomain,
+        # omitempty, and only for subdomain apps; a slug app's name leaves the agent out (db2sdk.AppSubdomain)
+        **({"subdomain_name": f"{app.slug}--{ws.name}--{owner.username}"} if app.subdomain and ws and owner else {}),
         "sharing_level": "owner",
         "healthcheck": {"url": base + health, "interval": 3, "threshold": 20},
-        "health": app.health, "hidden": False, "open_in": "slim-window", "statuses": statuses,
+        "health": app.health, "hidden": False, "open_in": "slim-window",
+        **({"statuses": statuses} if statuses_sent else {}),
     }
 
 
@@ -185,7 +187,7 @@ def _agent_json(agent: Agent, ws: Workspace | None, b: Backend) -> dict:
         "name": agent.name, "resource_id": agent.resource_id, "instance_id": "", "architecture": "amd64",
         "environment_variables": {}, "operating_system": "linux", "logs_length": 0, "logs_overflowed": False,
         "directory": "", "expanded_directory": "/home/coder", "version": b.version, "api_version": "2.6",
-        "apps": [_app_json(app, agent, ws, owner) for app in agent.apps],
+        "apps": [_app_json(app, agent, ws, owner, b.app_statuses_in_answers) for app in agent.apps],
         "latency": {}, "connection_timeout_seconds": 120,
         "troubleshooting_url": "https://coder.com/docs/admin/templates/troubleshooting",
         "subsystems": [], "health": {"healthy": healthy, **({"reason": reason} if reason else {})},
@@ -204,7 +206,8 @@ def version_resources_json(v: TemplateVersion, b: Backend) -> list[dict]:
     resource_id = stable("resource")
     waited = (b.now() - v.created_at).total_seconds()
     agent = Agent(id=stable("agent"), resource_id=resource_id, name="main", created_at=v.created_at,
-                  apps=[App(id=stable("app", slug), slug=slug) for slug in v.apps],
+                  apps=[App(id=stable("app", slug), slug=slug, subdomain=slug in v.subdomain_apps)
+                        for slug in v.apps],
                   status="timeout" if waited > 120 else "connecting")
     return [{
         "id": resource_id, "created_at": ts(v.created_at), "job_id": v.id, "workspace_transition": "start",
@@ -259,7 +262,7 @@ def workspace_json(ws: Workspace, b: Backend) -> dict:
         "template_active_version_id": t.active_version_id, "template_require_active_version": False,
         "template_use_classic_parameter_flow": True,
         "latest_build": build_json(latest, ws, b),
-        "latest_app_status": app_status_json(newest, ws) if newest else None,
+        **({"latest_app_status": app_status_json(newest, ws) if newest else None} if b.app_statuses_in_answers else {}),
         "outdated": latest.template_version_id != t.active_version_id,
         "name": ws.name, "autostart_schedule": None, "ttl_ms": effective_ttl_ms(ws, t),
         "last_used_at": ts(ws.last_used_at or ws.created_at), "deleting_at": None, "dormant_at": None,

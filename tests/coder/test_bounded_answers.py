@@ -21,6 +21,7 @@ from support import Tools, fleet_settings
 
 from fleet_mcp.coder import bounded
 from fleet_mcp.coder import errors as ce
+from fleet_mcp.coder.apps import App
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.faults import gzip_bomb
@@ -159,7 +160,7 @@ async def test_an_event_stream_is_read_up_to_its_cap():
     seen = 0
     async with fleet_settings(retry_budget_s=0).coder_client(httpx.ASGITransport(app=chatty)) as coder:
         with pytest.raises(ce.Oversized, match="over 1 MiB"):
-            async with coder.app_lines("/@demo/a1.main/apps/ccw/events") as lines:
+            async with coder.app_lines(App("demo", "a1", "main", "ccw"), "events") as lines:
                 async for text in lines:
                     seen += len(text) + 1
     assert 0.9 * 2**20 < seen <= 2**20

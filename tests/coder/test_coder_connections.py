@@ -17,6 +17,7 @@ from fastmcp import Client
 from processes import free_port
 from support import Tools, fleet_settings
 
+from fleet_mcp.coder.apps import App
 from fleet_mcp.connections import raise_fd_limit
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
@@ -85,11 +86,12 @@ async def test_bytes_past_an_answer_never_answer_the_next_request():
         seen = [(await plain.get(p)).json()["path"] for p in paths]
     assert seen == ["/first", "/stale", "/second"]
 
+    app, on_app = App("o", "w", None, "s"), [f"/@o/w/apps/s{p}" for p in paths]
     async with scripted(desynchronising) as server:
         async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
-            seen = [(await coder.app_request("GET", p, dict))["path"] for p in paths]
-    assert seen == paths  # the second of three GETs gets its own answer
-    assert server.requests == paths
+            seen = [(await coder.app_request("GET", app, p, dict))["path"] for p in paths]
+    assert seen == on_app  # the second of three GETs gets its own answer
+    assert server.requests == on_app
     assert server.connections == 2  # the poisoned connection was closed; the next one is kept for the third
 
 
@@ -101,8 +103,9 @@ async def test_kept_connections_are_reused():
 
     async with scripted(answering) as server:
         async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
-            for path in ("/a", "/b", "/c"):
-                assert (await coder.app_request("GET", path, dict))["path"] == path
+            for path in ("a", "b", "c"):
+                assert (await coder.app_request("GET", App("o", "w", None, "s"), path, dict))["path"] == \
+                    f"/@o/w/apps/s/{path}"
     assert server.connections == 1
 
 

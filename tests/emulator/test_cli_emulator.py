@@ -13,6 +13,8 @@ import httpx
 import pytest
 from processes import emulator_process, stop
 
+pytestmark = pytest.mark.system
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_emulator_serves_and_stops_cleanly(sig, tmp_path):
@@ -90,6 +92,19 @@ def test_runner_runtime_without_the_sdk_is_refused_in_one_line():
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--agent-runtime", "runner"],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "claude-agent-sdk" in done.stderr
+
+
+def test_coders_app_flags_serve_subdomain_apps_and_refuse_path_apps():
+    flags = ("--wildcard-access-url", "*.apps.example.test", "--disable-path-apps")
+    with emulator_process(*flags) as emulated, httpx.Client(
+            base_url=emulated.url, headers={"Coder-Session-Token": emulated.token}, timeout=10) as client:
+        port = httpx.URL(emulated.url).port
+        # Coder's appurl.SubdomainAppHost: the access URL's port joins a wildcard that names none.
+        assert client.get("/api/v2/applications/host").json() == {"host": f"*.apps.example.test:{port}"}
+        refused = client.get("/@demo/hand-made/apps/ccw/status")
+        assert refused.status_code == 403 and "Path-based applications are disabled" in refused.text
+        by_host = client.get("/status", headers={"Host": f"ccw--hand-made--demo.apps.example.test:{port}"})
+        assert by_host.status_code == 200 and by_host.json()["status"] in ("stable", "running")
 
 
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path):

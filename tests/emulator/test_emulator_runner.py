@@ -81,6 +81,7 @@ async def test_the_runner_runtime_needs_a_socket():
     assert emulator.runners.procs == {}
 
 
+@pytest.mark.system
 @needs_sdk
 async def test_real_runners_follow_their_workspaces(conformance):
     emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, seed="empty", agent_runtime="runner")

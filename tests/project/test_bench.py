@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 TIMEOUT_S = 240
 ISSUE_11 = {"show_agent_latencies", "create_agent_requests", "tool_overhead_ms", "server_cpu_ratio",

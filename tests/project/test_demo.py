@@ -9,6 +9,9 @@ import os
 import subprocess
 import sys
 import time
+import pytest
+
+pytestmark = pytest.mark.system
 
 STEPS = ["1. Projects", "2. Roles", "3. Create two agents", "4. Wait for the builder's spec", "5. Show the builder",
          "6. The builder's result", "7. A follow-up that asks permission", "8. Answer it",

@@ -64,7 +64,7 @@ async def test_demo_deployment_is_ready(emulator, conformance):
     assert [p.name for p in report.others] == ["docker"]
     assert report.exit_code == 0
     text = "\n".join(report.lines())
-    assert ('fleet-demo "Fleet Demo": complete; AgentAPI (app \'ccw\'); roles from presets: coder, operator, '
+    assert ('fleet-demo "Fleet Demo": complete; AgentAPI (app \'ccw\', by path); roles from presets: coder, operator, '
             'manager') in text
     assert 'docker "Docker Containers": not a fleet project' in text
     assert "token valid: demo (roles: owner)" in text
@@ -156,7 +156,7 @@ async def test_the_runner_demo_deployment_is_ready(conformance):
     assert [(p.name, p.complete, p.driver, p.app, p.warnings) for p in report.projects] == [
         ("fleet-demo", True, "runner", "fleet", []), ("fleet-research", True, "runner", "fleet", [])]
     text = "\n".join(report.lines())
-    assert ('fleet-demo "Fleet Demo": complete; runner (app \'fleet\'); roles from presets: coder, operator, '
+    assert ('fleet-demo "Fleet Demo": complete; runner (app \'fleet\', by path); roles from presets: coder, operator, '
             'manager') in text
     assert "!" not in text and text.endswith("2 of 2 fleet projects complete.")
 
@@ -171,7 +171,7 @@ async def test_a_runner_project_without_the_budget_parameters_is_complete_with_a
                              "will refuse model, max_turns and max_cost_usd for this project (templates/fleet-agent "
                              "declares all three)"]
     lines = report.lines()
-    head = "  ok   bare-runner: complete; runner (app 'fleet'); "
+    head = "  ok   bare-runner: complete; runner (app 'fleet', by path); "
     i = next(i for i, line in enumerate(lines) if line.startswith(head))
     assert lines[i + 1] == f"         ! {bare.warnings[0]}"
 
@@ -261,6 +261,7 @@ def test_missing_settings_is_exit_2(monkeypatch, tmp_path, capsys):
     ({}, 0, "2 of 2 fleet projects complete."),
     ({"FLEET_MCP_APP_SLUG": "claude"}, 1, "0 of 2 fleet projects complete: the fleet cannot create an agent"),
 ])
+@pytest.mark.system
 def test_doctor_emulator_process(tmp_path, env, code, last):
     done = subprocess.run([*DOCTOR, "--emulator"], env=clean_env(**env), cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
@@ -273,6 +274,7 @@ def test_doctor_emulator_process(tmp_path, env, code, last):
     assert lines[-1].startswith(last)
 
 
+@pytest.mark.system
 async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     async with running(emulator) as url:
         proc = await asyncio.create_subprocess_exec(
@@ -286,9 +288,61 @@ async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     assert SECRET not in err.decode()
 
 
+@pytest.mark.system
 def test_doctor_emulator_process_of_the_runner_seed(tmp_path):
     done = subprocess.run([*DOCTOR, "--emulator", "--agent-runtime", "runner"], env=clean_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr
-    assert "fleet-demo \"Fleet Demo\": complete; runner (app 'fleet')" in done.stdout
+    assert "fleet-demo \"Fleet Demo\": complete; runner (app 'fleet', by path)" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "2 of 2 fleet projects complete."
+
+
+async def test_the_app_forms_the_deployment_allows_and_each_projects_reach(emulator, conformance, coder):
+    assert "  ok   apps: path form allowed; no wildcard app host (no subdomain form)" in \
+        (await report_of(emulator, conformance)).lines()
+    await coder.post("/emulator/app-proxy", json={"disable_path_apps": True})
+    report = await report_of(emulator, conformance)
+    assert "  FAIL apps: path apps disabled and no wildcard app host: no agent's app can be reached" in report.lines()
+    assert report.exit_code == 1 and all("no wildcard app host" in p.lacks[-1] for p in report.projects)
+    await coder.post("/emulator/app-proxy", json={"wildcard_hostname": "*.apps.example.test"})
+    await add_template(coder, name="subby", subdomain_apps=["ccw"])
+    report = await report_of(emulator, conformance)
+    assert "  ok   apps: path apps disabled (--disable-path-apps); subdomain form at *.apps.example.test" \
+        in report.lines()
+    assert {p.name: (p.reach, p.complete) for p in report.projects} == {
+        "fleet-demo": ("subdomain", True), "fleet-research": ("subdomain", True), "subby": ("subdomain", True)}
+    await coder.post("/emulator/app-proxy", json={"disable_path_apps": False, "wildcard_hostname": ""})
+    report = await report_of(emulator, conformance)
+    assert project(report, "fleet-demo").reach == "path"
+    assert project(report, "subby").reach == "path" and "declared subdomain = true" in project(report, "subby").warnings[0]
+
+
+async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulator, conformance, coder):
+    warning = "  warn workspace answers carry no app statuses"
+    assert not any(line.startswith(warning) for line in (await report_of(emulator, conformance)).lines())
+    await coder.post("/emulator/fleet", json={"count": 1, "prefix": "drift"})
+    await coder.post("/emulator/answers", json={"app_statuses": False})
+    report = await report_of(emulator, conformance)
+    assert report.app_statuses is False and any(line.startswith(warning) for line in report.lines())
+
+
+def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
+    """README "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
+    where no DNS knows the wildcard, and without it."""
+    from processes import emulator_process
+
+    flags = ("--wildcard-access-url", "*.apps.example.test", "--disable-path-apps")
+    with emulator_process(*flags) as emulated:
+        port = httpx.URL(emulated.url).port
+        env = {"CODER_URL": emulated.url, "CODER_SESSION_TOKEN": emulated.token}
+        ready = subprocess.run(DOCTOR, env=clean_env(**env, FLEET_MCP_CONNECT_TO=f"*.apps.example.test=127.0.0.1:{port}"),
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        lost = subprocess.run(DOCTOR, env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert (f"  ok   apps: path apps disabled (--disable-path-apps); subdomain form at *.apps.example.test:{port}"
+            in ready.stdout.splitlines())
+    assert "fleet-demo \"Fleet Demo\": complete; AgentAPI (app 'ccw', by subdomain)" in ready.stdout
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    assert "  FAIL apps: path form disabled; subdomain form at" in lost.stdout
+    assert "FLEET_MCP_CONNECT_TO='*.apps.example.test=ADDRESS:PORT'" in lost.stdout

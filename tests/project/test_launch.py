@@ -15,6 +15,8 @@ from support import TOOLS
 
 from fleet_mcp import __version__
 
+pytestmark = pytest.mark.system
+
 REPO = Path(__file__).resolve().parents[2]
 UVX = shutil.which("uvx") or str(Path(sys.executable).parent / "uvx")
 needs_uv = pytest.mark.skipif(not Path(UVX).exists(), reason="uv is not installed (it is in the test extra)")

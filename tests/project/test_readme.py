@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_tool_reference_is_current():
-    result = subprocess.run([sys.executable, "scripts/tool_reference.py", "--check"], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
+def script(name: str) -> ModuleType:
+    """A script of scripts/, imported (run in-process: the quick loop starts no process)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_tool_reference_is_current():
+    tool_reference = script("tool_reference")
+    readme = (REPO / "README.md").read_text()
+    assert tool_reference.updated(readme, await tool_reference.render()) == readme, \
+        "README.md's tool reference is stale: run python scripts/tool_reference.py"
 
 
 def test_ci_runs_the_readmes_commands_verbatim():
@@ -21,7 +31,7 @@ def test_ci_runs_the_readmes_commands_verbatim():
     demo = 'python3 -m venv .venv && .venv/bin/pip install -e ".[runner]" && .venv/bin/fleet-mcp demo'
     lint = ('python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && '
             '.venv/bin/ruff check fleet_mcp tests bench scripts && .venv/bin/mypy fleet_mcp')
-    suite = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && .venv/bin/python -m pytest'
+    suite = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && .venv/bin/python -m pytest -n auto'
     for command in (demo, lint, suite):
         assert command in readme and command in ci.splitlines()
     assert ci.rstrip().splitlines()[-1] == suite  # the suite's result is CI's result
@@ -38,3 +48,32 @@ def test_the_statuses_section_explains_every_status():
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     for status in get_args(AgentStatus):
         assert any(f"`{status}`" in row.split("|")[1] for row in rows), f"{status} is not explained"
+
+
+def test_settings_table_is_current():
+    settings_table = script("settings_table")
+    readme = (REPO / "README.md").read_text()
+    fresh = settings_table.updated(readme, settings_table.render(), settings_table.START, settings_table.END)
+    assert fresh == readme, "README.md's settings table is stale: run python scripts/settings_table.py"
+
+
+def test_every_setting_is_described_and_in_the_table_once():
+    from fleet_mcp.settings import Settings, env_name
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("<!-- settings:start -->"):readme.index("<!-- settings:end -->")]
+    listed = [line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")]
+    assert len(listed) == len(set(listed)), "a setting is listed twice"
+    assert listed == [env_name(name) for name in Settings.model_fields]
+    assert all(info.description for info in Settings.model_fields.values())
+
+
+def test_help_gives_each_setting_its_default_and_meaning():
+    from fleet_mcp.cli import _parser
+    from fleet_mcp.settings import documented
+
+    text = " ".join(_parser().format_help().split())
+    for env, default, meaning in documented():
+        words = " ".join(meaning.replace("`", "").split())[:40]
+        assert f"{env} {words}" in text, env
+        assert f"(default: {default.replace('`', '')})" in text, env

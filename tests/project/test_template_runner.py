@@ -29,6 +29,8 @@ from fleet_mcp.runner.door import verifier_of
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.settings import Settings
 
+pytestmark = pytest.mark.system
+
 HERE = TEMPLATES / "fleet-agent"
 STATE_FILE = "/home/coder/.fleet-runner/state.json"
 # Read by start-runner.sh, not by the runner (which ignores unknown FLEET_RUNNER_ variables).

@@ -14,6 +14,8 @@ from fleet_mcp.emulator.project import seed_repository
 from fleet_mcp.runner import gitrepo
 from fleet_mcp.runner.changes import ChangeLog, DiffRefused
 
+pytestmark = pytest.mark.system
+
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout

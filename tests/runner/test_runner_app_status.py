@@ -14,7 +14,7 @@ from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 WORKSPACE, SLUG = "dev-box", "code-server"  # a seeded workspace whose app no scripted AgentAPI reports for
 
 

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import subprocess
+import pytest
 
 from runners import needs_sdk, runner_process
 
 from fleet_mcp.emulator.project import seed_repository
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 
 
 def git(repo, *args: str) -> str:

@@ -3,9 +3,10 @@ interrupt mid-turn, and a message that interrupts first."""
 
 from __future__ import annotations
 
+import pytest
 from runners import needs_sdk, runner_process
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 HANG = "Think forever [[hang]]"
 
 

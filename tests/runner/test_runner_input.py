@@ -12,6 +12,8 @@ import pytest
 from processes import clean_env
 from runners import needs_sdk, runner_process
 
+pytestmark = pytest.mark.system
+
 BAD = [
     ("POST", "/message", b"{not json", 400, "bad_request"),
     ("POST", "/message", b'["a list"]', 400, "bad_request"),

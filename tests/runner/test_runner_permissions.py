@@ -3,9 +3,10 @@ and the fleet allows, denies with a message for Claude, or lets the timeout deny
 
 from __future__ import annotations
 
+import pytest
 from runners import needs_sdk, runner_process
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"
 
 

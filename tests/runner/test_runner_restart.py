@@ -4,10 +4,11 @@ state file, does not send the spec again, and the model sees the earlier turns i
 from __future__ import annotations
 
 import json
+import pytest
 
 from runners import needs_sdk, runner_process
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 SPEC = "Remember the word zebra [[edit:zebra.txt]]"
 
 

@@ -3,9 +3,10 @@ workdir, the role's system prompt, failures, pull-request links and costs."""
 
 from __future__ import annotations
 
+import pytest
 from runners import needs_sdk, runner_process
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 
 
 def test_the_spec_runs_first_and_edits_a_file_in_the_workdir(tmp_path, api):

@@ -3,9 +3,10 @@ fails; the runner reconnects (resuming the session) with the schema and again wi
 
 from __future__ import annotations
 
+import pytest
 from runners import needs_sdk, runner_process
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 
 VERDICT = {"type": "object", "properties": {"verdict": {"enum": ["ship", "fix"]}, "score": {"type": "integer"}},
            "required": ["verdict", "score"], "additionalProperties": False}

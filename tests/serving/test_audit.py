@@ -129,6 +129,7 @@ def test_an_unwritable_audit_log_is_a_start_up_error(tmp_path):
     assert reason and reason.startswith(f"cannot open FLEET_MCP_AUDIT_LOG={tmp_path}")
 
 
+@pytest.mark.system
 async def test_fleet_mcp_writes_the_audit_log(tmp_path):
     path = tmp_path / "audit.jsonl"
     params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--emulator"], cwd=str(tmp_path),
@@ -143,6 +144,7 @@ async def test_fleet_mcp_writes_the_audit_log(tmp_path):
     assert record["user"] == "demo"  # the token's user, as start-up learnt it
 
 
+@pytest.mark.system
 def test_fleet_mcp_refuses_an_unwritable_audit_log(tmp_path):
     done = subprocess.run([*SERVER, "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOG=str(tmp_path)), cwd=tmp_path,
                           capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
@@ -151,6 +153,7 @@ def test_fleet_mcp_refuses_an_unwritable_audit_log(tmp_path):
 
 # --- the audit log can never change a call's outcome (issue 17, item 3) ----------------
 
+@pytest.mark.system
 def test_a_full_disk_never_changes_an_answer_and_is_reported_once(tmp_path):
     """FLEET_MCP_AUDIT_LOG=/dev/full: every write fails; the calls still act and answer, one line on stderr."""
     calls = [modern_call(1, "create_agent", {"name": "full", "project": "fleet-demo", "spec": "Hi [[finish:1]]"}),

@@ -27,7 +27,7 @@ from support import TOKEN, Tools, http_tools
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import in_background
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")]
 
 SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"

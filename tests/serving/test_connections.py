@@ -50,6 +50,7 @@ def closed_by_server(sock: socket.socket, deadline: float) -> bool:
     return False
 
 
+@pytest.mark.system
 def test_idle_and_half_sent_connections_time_out(tmp_path):
     env = clean_env(FLEET_MCP_HTTP_IDLE_TIMEOUT_S="1", FLEET_MCP_HTTP_READ_TIMEOUT_S="2")
     with http_server(tmp_path, env=env) as server:
@@ -72,6 +73,7 @@ def test_idle_and_half_sent_connections_time_out(tmp_path):
     assert "Traceback" not in logs
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(("limits", "cap"), [((256, None), 100), ((100, 100), 50)], ids=["raised", "hard-100"])
 def test_a_flood_of_idle_connections_does_not_lock_out_a_valid_client(tmp_path, limits, cap):
     """Soft limit 256 (raised to the hard one at start-up), cap 100; or hard limit 100: the cap is kept below it."""
@@ -150,6 +152,7 @@ async def test_the_cap_closes_the_longest_waiting_connection_and_refuses_when_al
     assert not guard.open and not guard.waiting
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("secret_place", ["query", "header"])
 def test_no_token_or_session_id_in_the_logs(tmp_path, secret_place):
     import httpx

@@ -16,6 +16,8 @@ from fleet_mcp.front import Health
 from fleet_mcp.http import Drain
 from fleet_mcp.preflight import known_variables, unknown_settings
 
+pytestmark = pytest.mark.system
+
 AUTH_TOKEN = "front-t0ken-of-the-server"
 MISSPELT = "FLEET_MCP_MAX_AGENT"
 WARNING = f"{MISSPELT} (in the environment) is not a fleet-mcp setting and is ignored; did you mean FLEET_MCP_MAX_AGENTS?"

@@ -154,6 +154,7 @@ def coder():
         yield emulated
 
 
+@pytest.mark.system
 def test_600_bad_requests_cost_coder_at_most_100_requests_over_http(coder, tmp_path, capsys):
     with per_user_server(tmp_path, coder.url) as running, httpx.Client(timeout=10) as http:
         def checks() -> int:

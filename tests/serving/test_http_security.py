@@ -19,6 +19,8 @@ from support import fleet_settings
 
 from fleet_mcp.http import Drain, Gate, allowed_hosts, refuse_bind
 
+pytestmark = pytest.mark.system
+
 TOKEN = "fleet-http-t0ken-never-logged"
 ALLOWED = "fleet.example"
 

@@ -31,7 +31,7 @@ LOAD_TIMEOUT_S = 90.0
 ROLES = ["coder", "operator", "manager"]
 PROJECTS = ["fleet-demo", "fleet-research"]
 SEED_SPEC = "Benchmark agent"  # the spec of every agent `POST /emulator/fleet` seeds
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 TAG = re.compile(r"\blc\d\d\b")
 
 

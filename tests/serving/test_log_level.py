@@ -8,6 +8,8 @@ import subprocess
 import pytest
 from processes import SERVER, WAIT_S, clean_env
 
+pytestmark = pytest.mark.system
+
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 

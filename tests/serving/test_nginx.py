@@ -17,7 +17,7 @@ import pytest
 from processes import audit_lines, emulator_process, nginx_binary, nginx_process, per_user_server, stop
 from support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")]
 
 SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"

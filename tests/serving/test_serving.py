@@ -18,6 +18,8 @@ from mcp.client.streamable_http import streamable_http_client
 from processes import SERVER, WAIT_S, Lines, clean_env, emulator_process, free_port, http_server, refusal
 from support import TOOLS
 
+pytestmark = pytest.mark.system
+
 ERAS = {"initialize": "2025-11-25", "discover": "2026-07-28"}
 SECRET = "s3cr3t-t0ken-do-not-print"
 

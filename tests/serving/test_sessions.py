@@ -8,7 +8,10 @@ import asyncio
 import time
 
 import httpx
+import pytest
 from processes import INIT, MCP_HEADERS, WAIT_S, clean_env, http_server, rss_kb
+
+pytestmark = pytest.mark.system
 
 ABANDONED = 3000
 SOURCES = 10  # client addresses 127.0.0.1 .. 127.0.0.10, all loopback

@@ -25,6 +25,8 @@ from processes import SERVER, WAIT_S, clean_env, http_server
 
 from fleet_mcp.serving import GRACE_S
 
+pytestmark = pytest.mark.system
+
 SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")]
 SLOW_ENV = {"FLEET_MCP_POLL_INTERVAL_S": "2"}
 INTO_THE_CALL_S = 0.3

@@ -17,6 +17,8 @@ from processes import SERVER, WAIT_S, clean_env, free_port, http_server
 from fleet_mcp import __version__
 from fleet_mcp.settings import Settings, env_name
 
+pytestmark = pytest.mark.system
+
 SECRET = "s3cr3t-t0ken-do-not-print"
 PASSWORD = "hunter2-pa55word"
 

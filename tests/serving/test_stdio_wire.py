@@ -8,7 +8,10 @@ import signal
 import subprocess
 import time
 
+import pytest
 from processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped
+
+pytestmark = pytest.mark.system
 
 
 def answers(stdout: str) -> dict[object, dict]:

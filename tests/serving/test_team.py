@@ -13,6 +13,8 @@ import pytest
 from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
 from support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
+pytestmark = pytest.mark.system
+
 AGENT_TOOLS = {  # every tool naming one agent, with arguments that would otherwise be accepted
     "show_agent": {}, "show_agent_task_history": {}, "show_agent_log": {}, "get_agent_result": {},
     "start_agent_task": {"task_description": "steal this", "if_busy": "interrupt"},

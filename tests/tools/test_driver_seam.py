@@ -27,7 +27,7 @@ def test_only_drivers_speak_to_the_agents_program(path: Path) -> None:
     source = path.read_text()
     assert not AGENTAPI_WORDS.search(source), f"{path.name} speaks AgentAPI: {AGENTAPI_WORDS.search(source)}"
     assert not RUNNER_WORDS.search(source), f"{path.name} speaks the runner's API"
-    assert "app_proxy_path(" not in source or path.name == "client.py", f"{path.name} builds app-proxy paths"
+    assert "app_proxy_path(" not in source or path.name == "apps.py", f"{path.name} builds app-proxy paths"
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
             assert not re.search(r"drivers\.(agentapi|runner)$", node.module), \

@@ -12,12 +12,12 @@ from runners import disk, needs_sdk, runner_fleet, served
 
 from fleet_mcp.emulator.anthropic import Reply, messages_app, script_for
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}
 
 
-async def test_a_runner_agent_through_its_turns(conformance):
-    async with runner_fleet(conformance) as (tools, coder):
+async def test_a_runner_agent_through_its_turns(conformance, app_mode):
+    async with runner_fleet(conformance, app_mode) as (tools, coder):
         made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                            model="haiku")
         assert made["agent"]["status"] == "pending"

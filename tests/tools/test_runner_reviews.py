@@ -5,12 +5,13 @@ the patch applies to a fresh clone of the seed, typed answers validate or fail, 
 from __future__ import annotations
 
 import subprocess
+import pytest
 
 from runners import disk, needs_sdk, runner_fleet
 
 from fleet_mcp.emulator.project import seed_repository
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 120}
 VERDICT = {"type": "object", "properties": {"verdict": {"enum": ["ship", "fix"]}, "score": {"type": "integer"}},
            "required": ["verdict", "score"]}

@@ -1,0 +1,36 @@
+"""Write the README's settings table from the `Settings` fields (their descriptions and defaults).
+
+    python scripts/settings_table.py          # rewrite the table in README.md
+    python scripts/settings_table.py --check  # exit 1 when README.md is stale
+
+The table sits between `<!-- settings:start -->` and `<!-- settings:end -->`;
+`fleet-mcp --help` lists the same settings (`fleet_mcp.settings.documented`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tool_reference import main as rewrite  # a sibling script, found through the path above
+from tool_reference import updated
+
+START, END = "<!-- settings:start -->", "<!-- settings:end -->"
+__all__ = ["END", "START", "main", "render", "updated"]
+
+
+def render() -> str:
+    from fleet_mcp.settings import documented
+
+    lines = ["| setting | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{env}` | {default} | {meaning} |" for env, default, meaning in documented()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    return rewrite(argv, render(), START, END, "scripts/settings_table.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
