@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 from runners import needs_sdk, runner_process, scripted_api
 
 from fleet_mcp.emulator.anthropic import Reply, script_for
 
-pytestmark = needs_sdk
+pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"
 EVIL = "http://evil.example"
 
