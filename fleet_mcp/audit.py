@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fastmcp.exceptions import ToolError
-from fastmcp.server.middleware import Middleware, MiddlewareContext
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import SecretStr
 
 from .front import sent_token
@@ -123,7 +123,7 @@ class _File(WatchedFileHandler):
             if self.stream is not None:
                 with suppress(OSError, ValueError):
                     self.stream.close()
-                self.stream = None  # type: ignore[assignment]  # the library's own "not open yet"
+                self.stream = None  # the library's own "not open yet"
 
 
 class AuditLog(Middleware):
@@ -191,7 +191,7 @@ class AuditLog(Middleware):
         secrets, the token the current HTTP request carries, and `also`."""
         return cut(value, (*self._secrets, sent_token(), *also))
 
-    async def on_call_tool(self, context: MiddlewareContext, call_next):
+    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
         started = datetime.now(UTC)
         t0 = time.perf_counter()
         outcome, error = "error", None

@@ -19,6 +19,7 @@ import logging
 import resource
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def budget(fd_limit: int, wanted: int) -> tuple[int, int]:
 class Throttled:
     """Logs an event the first time, then at most once per `interval_s` with how many happened meanwhile."""
 
-    def __init__(self, interval_s: float = 10.0, clock=time.monotonic) -> None:
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
         self.clock = clock
         self._last: dict[str, float] = {}

@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from fastmcp import Client
 
 __all__ = ["Tour", "main", "tour"]
 
@@ -50,7 +53,7 @@ def _cell(value: Any, limit: int = CELL) -> Text:
 class Tour:
     """The tour's steps over one connected `fastmcp.Client`; each prints what it did as a table."""
 
-    def __init__(self, client, console: Console) -> None:
+    def __init__(self, client: Client[Any], console: Console) -> None:
         self.client = client
         self.console = console
         self.started = time.monotonic()
@@ -74,12 +77,12 @@ class Tour:
             ("Delete both agents", self.delete),
         ]
 
-    async def call(self, tool: str, **arguments: Any) -> dict:
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
         """The tool's structured answer; a tool error ends the step with the error envelope."""
         result = await self.client.call_tool(tool, arguments, raise_on_error=False)
         if result.is_error:
-            raise StepFailed(f"{tool} answered an error: {result.content[0].text}")
-        return result.structured_content
+            raise StepFailed(f"{tool} answered an error: {getattr(result.content[0], 'text', '')}")
+        return dict(result.structured_content or {})
 
     def table(self, title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> None:
         table = Table(title=title, title_justify="left", show_lines=False)
@@ -92,7 +95,7 @@ class Tour:
     def elapsed(self) -> str:
         return f"{time.monotonic() - self.started:5.1f}s"
 
-    async def wait(self, names: list[str], until: list[str], what: str) -> dict:
+    async def wait(self, names: list[str], until: list[str], what: str) -> dict[str, Any]:
         """wait_for_agents: one call instead of polling; StepFailed when it times out."""
         answer = await self.call("wait_for_agents", agent_names=names, until=until, timeout_s=WAIT_S)
         self.table(f"wait_for_agents until={'/'.join(until)} ({answer['waited_s']:.1f} s)",

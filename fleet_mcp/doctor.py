@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
+from collections.abc import Awaitable
+from typing import TextIO, TypeVar
 
 import httpx
 
@@ -31,6 +32,8 @@ from .preflight import StartupError, check_coder, load_settings
 from .projects import roles_from
 from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
+
+T = TypeVar("T")
 
 __all__ = ["ROLES", "ProjectCheck", "Report", "diagnose", "main", "run"]
 
@@ -196,7 +199,7 @@ async def _check(client: CoderClient, t: Template, slugs: dict[str, str]) -> tup
     return check, True
 
 
-async def _read(check: ProjectCheck, what: str, call):
+async def _read(check: ProjectCheck, what: str, call: Awaitable[T]) -> T | None:
     try:
         return await call
     except ce.CoderError as exc:

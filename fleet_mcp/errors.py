@@ -167,7 +167,7 @@ def _invalid_arguments(exc: ArgumentsError) -> FleetError:
                        field=problems[0]["field"], problems=problems)
 
 
-def _field(loc: tuple) -> str:
+def _field(loc: tuple[int | str, ...]) -> str:
     """The parameter as the caller named it, with list positions: not pydantic's names for a union's shapes
     (`until.literal['idle',...]`), which no caller wrote."""
     if not loc:

@@ -34,7 +34,7 @@ from .rules import (
 )
 from .settings import Settings
 from .status import (
-    READY, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
+    Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
 )
 
 __all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "with_screen_prompt"]
@@ -97,7 +97,7 @@ class Fleet:
     def driver(self, ws: Workspace) -> Driver | None:
         """The driver of a workspace whose agent is up, else None. A runner's key is a build parameter: read
         `params` (or use `keyed_driver`) first, or its calls go without it and are refused."""
-        return self._driver_of(ws) if base_status(ws, self.slugs).value == READY else None
+        return self._driver_of(ws) if isinstance(base_status(ws, self.slugs), Ready) else None
 
     def _driver_of(self, ws: Workspace) -> Driver | None:
         return driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
@@ -145,7 +145,7 @@ class Fleet:
             if self._runner_unkeyed(ws):
                 await self.params(ws)  # the runner's key is a build parameter: read first, once per build
             driver = self._driver_of(ws)
-            ready = driver if base_status(ws, self.slugs).value == READY else None
+            ready = driver if isinstance(base_status(ws, self.slugs), Ready) else None
             if begun and same_reach(known, ready):
                 reads: tuple[Awaitable[Any], ...] = (begun["live"], begun["conversation"])
             else:
@@ -310,7 +310,7 @@ def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current:
         project=project, spec=params.get(SPEC, ""), current_task=current, created_at=iso(ws.created_at) or "",
         updated_at=iso(ws.updated_at or ws.created_at) or "", **facts(status),
         problem=problem if problem is not None else status.problem,
-        driver=driver.kind if driver else None,  # type: ignore[arg-type]
+        driver=driver.kind if driver else None,
         model=model, cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
         last_activity_at=iso(last_activity(ws)),
         metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,

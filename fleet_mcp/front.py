@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from fastmcp.server.dependencies import get_http_request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -47,7 +47,7 @@ def sent_token() -> str | None:
     return bearer(request.headers.get("authorization"))
 
 
-async def send_json(send: Send, status: int, body: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+async def send_json(send: Send, status: int, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     """Answer with `body` as JSON."""
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import functools
 import json
@@ -36,7 +38,7 @@ class Lifecycle:
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
-                     max_cost_usd: float | None = None, result_schema: dict | None = None) -> CreatedAgent:
+                     max_cost_usd: float | None = None, result_schema: dict[str, Any] | None = None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
         if result_schema is not None:
@@ -58,7 +60,8 @@ class Lifecycle:
 
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[Tally],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
-                      max_cost_usd: float | None, result_schema: dict | None, *, cached: bool) -> CreatedAgent | None:
+                      max_cost_usd: float | None, result_schema: dict[str, Any] | None, *,
+                      cached: bool) -> CreatedAgent | None:
         """One try; with `cached`, None where what the cached listing said proves wrong (to be tried afresh)."""
         fleet, catalog = self.fleet, self.fleet.catalog
         # What the cached listing may have got wrong: a project it lacks, a version it lists since gone, or

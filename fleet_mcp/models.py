@@ -10,7 +10,8 @@ __all__ = [
     "Agent", "AgentList", "AgentLog", "AgentStatus", "AgentSummary", "CreatedAgent", "DeletedAgent",
     "DeleteResult", "LogMessage", "Metadata", "Project", "Projects", "Role", "Roles",
     "ShownAgent", "Task", "TaskHistory", "TaskResult", "AgentGlance", "AgentGlances", "AnswerResult", "Condition",
-    "LastTurn", "PendingPrompt", "StatusFacts", "StatusSource", "TurnOutcome", "WaitResult", "WaitedAgent",
+    "DiffScope", "LastTurn", "PendingPrompt", "StatusFacts", "StatusSource", "TurnOutcome", "WaitResult",
+    "WaitedAgent",
     "AgentDiff", "ChangedFile", "Changes", "Commit", "DiffFile",
 ]
 
@@ -21,6 +22,7 @@ AgentStatus = Literal[
 StatusSource = Literal["build", "workspace agent", "app status", "driver", "no app statuses"]
 LastTurn = Literal["succeeded", "failed", "interrupted"]
 Condition = Literal["idle", "needs_input", "stopped", "failed"]
+DiffScope = Literal["task", "agent"]  # the last task's changes, or everything since the agent was created
 # US dollars to a millionth (a hundredth of a cent's hundredth): sums of float prices carry noise beyond that.
 Usd = Annotated[float | None, AfterValidator(lambda v: None if v is None else round(v, 6))]
 
@@ -287,7 +289,7 @@ class AgentDiff(BaseModel):
     """A page of an agent's diff, by file."""
 
     agent_name: str
-    scope: Literal["task", "agent"]
+    scope: DiffScope
     files: list[DiffFile]
     patch: str | None = Field(description="format=patch: this page's files as one patch for `git apply` (files "
                                           "cut at the size limit left out); else null")

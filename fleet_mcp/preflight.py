@@ -5,6 +5,8 @@ Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import difflib
 import os
@@ -30,7 +32,7 @@ class StartupError(Exception):
     """A reason the server cannot start, worded for the person starting it."""
 
 
-def load_settings(**overrides) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -53,7 +55,7 @@ def _no_token(error: ErrorDetails) -> bool:
     return not error["loc"] and "CODER_SESSION_TOKEN is missing" in error["msg"]
 
 
-def _token_missing_too(overrides: dict) -> bool:
+def _token_missing_too(overrides: dict[str, Any]) -> bool:
     """Whether the token is missing as well (pydantic checks it only once the fields are valid)."""
     try:
         Settings(**{**overrides, "coder_url": "http://localhost"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import logging
 from collections.abc import AsyncIterator
@@ -47,7 +49,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
     users = Users(settings, transport, stopping) if settings.auth == "coder" else None
 
     @lifespan
-    async def open_client(server: FastMCP) -> AsyncIterator[dict]:
+    async def open_client(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
         with audit.opened() if audit else nullcontext():
             try:
                 if users is not None:

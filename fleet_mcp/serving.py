@@ -105,7 +105,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     guard = ConnectionGuard(cap, settings.http_idle_timeout_s, settings.http_read_timeout_s, throttled)
     # sse-starlette would end every SSE response on shutdown, tool results in flight included: only
     # the Drain ends streams here (GET ones), and only the Drain decides what is in flight.
-    AppStatus.disable_automatic_graceful_drain()
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]  # sse-starlette's own
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

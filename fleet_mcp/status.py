@@ -11,19 +11,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Final, Literal
 from urllib.parse import parse_qs
 
 import pydantic
 
 from .coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
 from .drivers import Driver, Live, Pending, Slugs, agent_and_app
+from .models import AgentStatus, LastTurn, StatusSource
 
 __all__ = [
-    "READY", "RUNNER_PROMPT_URI", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
+    "READY", "RUNNER_PROMPT_URI", "Ready", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
     "list_status", "live_status", "needs_attention", "runner_prompt", "turn_status", "waits_for",
 ]
 
-READY = "ready"  # base_status's word for "the driver decides"
+READY: Final = "ready"  # base_status's word for "the driver decides"
 UNREPORTED = ("Coder's answer carried no app statuses (a slimmer workspace answer than the fleet reads), so "
               "busy and idle cannot be told apart from it; show_agent asks the agent itself.")
 # How the runner marks a pending prompt in an app status (specs/runner.md): the status's `uri`, which only the
@@ -33,19 +35,33 @@ _ASKED_AT: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(datetime)
 # What Claude Code's own summaries say while a prompt waits on the screen (AgentAPI cannot say it otherwise).
 _WAITING = re.compile(r"(?i)permission|approv|confirm|waiting for (your |user )?(input|answer|reply)|question")
 _ACTIVE_BUILD = ("pending", "running", "deleting")
+# A build that is not running, as an agent's status (Coder's build statuses, but for `running`).
+_BUILD_STATUS: dict[str, AgentStatus] = {
+    "pending": "pending", "starting": "starting", "stopping": "stopping", "stopped": "stopped", "failed": "failed",
+    "canceling": "canceling", "canceled": "canceled", "deleting": "deleting", "deleted": "deleted", "": "pending"}
 
 
 @dataclass(frozen=True)
 class Status:
     """An agent's status, why (when it is bad), where it was read and since when."""
 
-    value: str
+    value: AgentStatus
     problem: str | None = None
-    source: str = "build"  # build | workspace agent | app status | driver | no app statuses
+    source: StatusSource = "build"
     since: datetime | None = None
-    last_turn: str | None = None  # succeeded | failed | interrupted, once a turn has ended
+    last_turn: LastTurn | None = None  # once a turn has ended
     last_turn_error: str | None = None
     pending: Pending | None = None  # what a needs_input agent waits on, when known
+
+
+@dataclass(frozen=True)
+class Ready:
+    """`base_status` of a workspace whose agent's program is up: its turn (driver or reports) decides."""
+
+    since: datetime | None = None
+    value: Literal["ready"] = READY
+    problem: None = None
+    source: StatusSource = "workspace agent"
 
 
 @dataclass(frozen=True)
@@ -59,8 +75,8 @@ class Snapshot:
     driver: Driver | None = None  # how its agent's program is reached (asked only while the workspace is ready)
 
 
-def base_status(ws: Workspace, slugs: Slugs) -> Status:
-    """The status from the build, the workspace agent and the app alone; `READY` when the turn decides."""
+def base_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
+    """The status from the build, the workspace agent and the app alone; `Ready` when the turn decides."""
     build = ws.latest_build
     built_since = build.updated_at or build.created_at
     if build.transition == "delete" and build.status in _ACTIVE_BUILD:
@@ -71,7 +87,7 @@ def base_status(ws: Workspace, slugs: Slugs) -> Status:
         # Queued behind stop_agent or start_agent: already what was asked, as `deleting` is for a delete.
         return Status("stopping" if build.transition == "stop" else "starting", since=built_since)
     if build.status != "running":
-        return Status(build.status or "pending", since=built_since)
+        return Status(_BUILD_STATUS.get(build.status, "unknown"), since=built_since)
     agent, app = agent_and_app(ws, slugs)
     if agent is None:
         return Status("starting", since=built_since)
@@ -92,7 +108,7 @@ def base_status(ws: Workspace, slugs: Slugs) -> Status:
         program = "The runner" if app.slug == slugs.runner else "AgentAPI"
         return Status("offline", f"{program} (app {app.slug!r}) does not answer its health check.",
                       "workspace agent", built_since)
-    return Status(READY, source="workspace agent", since=built_since)
+    return Ready(since=built_since)
 
 
 def fresh_app_status(ws: Workspace) -> WorkspaceAppStatus | None:
@@ -148,7 +164,8 @@ def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
         return Status("busy", source="app status", since=latest.created_at)
     if runner and (prompt := runner_prompt(latest)) is not None:
         return Status("needs_input", waits_for(prompt), "app status", latest.created_at, pending=prompt)
-    ended, error, worked = None, None, False
+    ended: LastTurn | None = None
+    error, worked = None, False
     for older in statuses[1:]:  # walk back to the previous idle
         if older.state == "idle":
             break
@@ -169,13 +186,13 @@ def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
 def list_status(ws: Workspace, slugs: Slugs) -> Status:
     """The status a list shows, from the workspace alone."""
     base = base_status(ws, slugs)
-    if base.value != READY:
+    if not isinstance(base, Ready):
         return base
     if not ws.sends_app_statuses:
         return Status("unknown", UNREPORTED, "no app statuses", base.since)
     app, statuses = app_statuses(ws, slugs)
-    if app is not None and not app.statuses and fresh_app_status(ws) is not None:
-        statuses = [fresh_app_status(ws)]  # type: ignore[list-item]  # a listing without per-app history
+    if app is not None and not app.statuses and (fresh := fresh_app_status(ws)) is not None:
+        statuses = [fresh]  # a listing without per-app history
     if not statuses and ws.latest_build.build_number <= 1:
         # A new agent's first turn is its spec, which starts as soon as its program is up.
         return Status("busy", source="app status", since=base.since)
@@ -186,11 +203,11 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
     """The status of one agent whose driver was asked: the driver says busy or not, app statuses say how
     the last turn ended (and, on AgentAPI, whether a prompt waits)."""
     base = base_status(snap.workspace, slugs)
-    if base.value != READY:
+    if not isinstance(base, Ready):
         return base
     live = snap.live
     if live is None:
-        return replace(base, value="offline", problem=snap.unreachable)
+        return Status("offline", snap.unreachable, base.source, base.since)
     turn = list_status(snap.workspace, slugs)
     if turn.value == "unknown":  # the driver answers what the listing could not; how the last turn ended stays unknown
         turn = Status("idle", source="driver", since=live.since)

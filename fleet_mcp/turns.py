@@ -10,12 +10,12 @@ from typing import Any
 
 from .coder import errors as ce
 from .drivers import (
-    Answered, Busy, Driver, DriverError, Live, NothingPending, NotSupported, Pending, StalePrompt, TurnResult,
-    Unreachable, same_reach,
+    Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, Pending,
+    StalePrompt, TurnResult, Unreachable, same_reach,
 )
 from .errors import FleetError, bad_request, conflict, unavailable
 from .fleet import Fleet, prompt, with_screen_prompt
-from .models import AgentDiff, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
+from .models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, until
 from .reads import prefetch, quietly
 from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
@@ -37,8 +37,8 @@ class Turns:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
 
-    async def start(self, name: str, description: str, if_busy: str = "reject",
-                    result_schema: dict | None = None) -> TaskResult:
+    async def start(self, name: str, description: str, if_busy: IfBusy = "reject",
+                    result_schema: dict[str, Any] | None = None) -> TaskResult:
         check_text("task_description", description)
         if result_schema is not None:
             check_result_schema(result_schema)
@@ -50,7 +50,7 @@ class Turns:
             raise conflict(f"Agent {name!r} already has a running task. Wait for it (wait_for_agents), or send "
                            "with if_busy='queue' or 'interrupt'.", status="busy")
         try:
-            queued = await driver.send(description, if_busy, result_schema)  # type: ignore[arg-type]
+            queued = await driver.send(description, if_busy, result_schema)
         except (ce.Unavailable, ce.ServerError) as exc:
             if not await _landed(driver, description):
                 raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "
@@ -165,7 +165,7 @@ class Turns:
         live, unreachable = await self.fleet.live(driver)
         after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id,
-                            agent_status=after.value,  # type: ignore[arg-type]
+                            agent_status=after.value,
                             pending=prompt(after.pending) if after.value == "needs_input" else None,
                             message=f"Answered {decision!r} to prompt {prompt_id}; the agent is {after.value}.")
 
@@ -216,7 +216,7 @@ class Turns:
                           changes_unavailable="AgentAPI agents record no changes (the runner does).")
         return _outcome(name, turn, None, "agentapi")
 
-    async def diff(self, name: str, scope: str = "task", path: str | None = None, fmt: str = "unified",
+    async def diff(self, name: str, scope: DiffScope = "task", path: str | None = None, fmt: str = "unified",
                    page: int = 1, page_size: int = 20) -> AgentDiff:
         """A page of the agent's diff (its last task's, or everything since it was created), by file."""
         if page < 1:
@@ -236,7 +236,7 @@ class Turns:
             raise refused(name, exc, driver=driver.kind) from None
         except DriverError as exc:
             raise refused(name, exc, scope=scope, **({"field": "path"} if path else {})) from None
-        return AgentDiff(agent_name=name, scope=scope, page=page, pages=d.pages,  # type: ignore[arg-type]
+        return AgentDiff(agent_name=name, scope=scope, page=page, pages=d.pages,
                          files=[DiffFile(path=f.path, diff=f.diff, truncated=f.truncated, binary=f.binary, note=f.note)
                                 for f in d.files], patch=d.patch if fmt == "patch" else None,
                          files_total=d.files_total, start_commit=d.start_commit, end_commit=d.end_commit)
@@ -263,7 +263,7 @@ async def _landed(driver: Driver, text: str) -> bool:
     return text.strip() in recent or (live.current_task or "").strip() == text.strip()
 
 
-def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> TurnOutcome:
+def _outcome(name: str, turn: TurnResult, total: float | None, driver: DriverKind) -> TurnOutcome:
     pr = turn.pull_request_url or (m.group(0) if (m := PR_LINK.search(turn.text)) else None)
     outcome: LastTurn = "interrupted" if turn.interrupted else "failed" if turn.is_error else "succeeded"
     reason = turn.subtype if outcome != "succeeded" and turn.subtype and turn.subtype != "success" else None
@@ -273,7 +273,7 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: str) -> T
                        text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr,
                        num_turns=turn.num_turns,
                        duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
-                       finished_at=iso(turn.finished_at), driver=driver,  # type: ignore[arg-type]
+                       finished_at=iso(turn.finished_at), driver=driver,
                        changes=changes, structured=turn.structured,
                        changes_unavailable=None if changes else turn.changes_unavailable or "The runner recorded "
                        "no changes for this turn.")

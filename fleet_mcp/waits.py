@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import get_args
 
 from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found, unavailable
 from .fleet import Fleet, prompt, reported_task, with_screen_prompt
-from .models import AgentGlance, AgentGlances, WaitedAgent, WaitResult
+from .models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import prefetch, quietly
 from .rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
 
-CONDITIONS = ("idle", "needs_input", "stopped", "failed")
+CONDITIONS: tuple[Condition, ...] = get_args(Condition)
 MAX_WAIT_S = 1_800.0
 MAX_GLANCES = 50
 Details = tuple[Live | None, str | None, list[Message] | None]
@@ -58,7 +59,7 @@ class Listing:
             self._inflight = None
 
 
-def _met(status: Status, until: set[str]) -> bool:
+def _met(status: Status, until: set[Condition]) -> bool:
     return status.value in until or ("failed" in until and status.last_turn == "failed" and status.value == "idle")
 
 
@@ -71,7 +72,7 @@ class Waits:
         self.stopping = stopping if stopping is not None else asyncio.Event()  # set when the server stops
         self.listing = Listing(lambda: fleet.client.workspaces(FLEET_QUERY))
 
-    async def wait(self, names: list[str], until: Sequence[str], mode: str, timeout_s: float,
+    async def wait(self, names: list[str], until: Sequence[Condition], mode: str, timeout_s: float,
                    progress: Progress) -> WaitResult:
         names = _names(names)
         if not until or any(u not in CONDITIONS for u in until):
@@ -126,12 +127,12 @@ class Waits:
                           "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
                           "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
-    def _waited(self, name: str, ws: Workspace | None, until: set[str]) -> WaitedAgent:
+    def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
         if ws is None:
             return WaitedAgent(name=name, status="deleted", met=False)
         status = list_status(ws, self.fleet.slugs)
-        return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,  # type: ignore[arg-type]
-                           status_since=iso(status.since), last_turn=status.last_turn,  # type: ignore[arg-type]
+        return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
+                           status_since=iso(status.since), last_turn=status.last_turn,
                            last_turn_error=status.last_turn_error,
                            pending=prompt(status.pending) if status.value == "needs_input" else None)
 
@@ -171,7 +172,7 @@ class Waits:
         self.fleet.remember(ws.name, driver)
         if driver is None:
             status = list_status(ws, self.fleet.slugs)
-            return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
+            return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
                                current_task=task, problem=status.problem)
         reused = early[1] if early is not None and same_reach(early[0], driver) else None
         live, unreachable, messages = await (reused or self._details(driver))
@@ -183,10 +184,10 @@ class Waits:
             status = list_status(ws, self.fleet.slugs)
         asked = [m.content for m in messages or [] if m.role == "user"]
         status = with_screen_prompt(status, driver, messages)
-        return AgentGlance(name=ws.name, status=status.value, status_source=status.source,  # type: ignore[arg-type]
+        return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
                            current_task=(asked[-1] if asked and messages is not None else task),
                            problem=status.problem, latest_output=_preview(messages),
-                           last_turn=(live.last_turn if live and live.last_turn else status.last_turn),  # type: ignore[arg-type]
+                           last_turn=(live.last_turn if live and live.last_turn else status.last_turn),
                            cost_usd=live.last_cost_usd if live else None,
                            changes_summary=live.changes_summary if live else None,
                            pending=prompt(status.pending) if status.value == "needs_input" else None)

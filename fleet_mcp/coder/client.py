@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import lru_cache, cache
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 import httpx
 import pydantic
@@ -52,6 +52,7 @@ if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
     sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 Transition = Literal["start", "stop", "delete"]
+T = TypeVar("T")
 
 _RETRY_STATUSES = frozenset({500, 502, 503, 504})
 # Failures worth another try: the request may never have arrived, or its answer was lost or garbled.
@@ -266,8 +267,16 @@ class CoderClient:
 
     # --- workspace apps through the app proxy --------------------------------------------
 
-    async def app_request(self, method: str, app: App, rest: str, model: Any = None, *, json: Any = None,
-                          limit: Limit = "status") -> Any:
+    @overload
+    async def app_request(self, method: str, app: App, rest: str, model: type[T], *, json: Any = None,
+                          limit: Limit = "status") -> T: ...
+
+    @overload
+    async def app_request(self, method: str, app: App, rest: str, model: None = None, *, json: Any = None,
+                          limit: Limit = "status") -> None: ...
+
+    async def app_request(self, method: str, app: App, rest: str, model: type[T] | None = None, *,
+                          json: Any = None, limit: Limit = "status") -> Any:
         """A request to `rest` of a workspace app, by path or subdomain as the deployment allows; mapped, retried
         and parsed as any other; its answer may be at most `bounded.LIMITS[limit]` bytes."""
         url = await self.app_url(app, rest)
@@ -376,17 +385,18 @@ class CoderClient:
 
     # --- the one request method ---------------------------------------------------------------
 
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        model: Any,
-        *,
-        params: dict[str, Any] | None = None,
-        json: Any = None,
-        limit: Limit = "record",
-    ) -> Any:
-        """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body)."""
+    @overload
+    async def _request(self, method: str, path: str, model: type[T], *, params: dict[str, Any] | None = None,
+                       json: Any = None, limit: Limit = "record") -> T: ...
+
+    @overload
+    async def _request(self, method: str, path: str, model: None, *, params: dict[str, Any] | None = None,
+                       json: Any = None, limit: Limit = "record") -> None: ...
+
+    async def _request(self, method: str, path: str, model: type[T] | None, *,
+                       params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record") -> Any:
+        """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body): typed as
+        `model` for its caller."""
         call = _Call(method, path, params, json, model, bounded.LIMITS[limit])
         if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
             return await self._send_once(call)  # something; no budget, no second try
@@ -413,7 +423,7 @@ class CoderClient:
             raise failure
 
         def delay(exc: BaseException | None, failures: int) -> float:
-            wait = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (failures - 1)) + random.uniform(0, _JITTER_S)
+            wait = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2.0 ** (failures - 1)) + random.uniform(0, _JITTER_S)
             if isinstance(exc, RateLimited) and exc.retry_after is not None:
                 wait = exc.retry_after
             return max(0.0, min(wait, budget - (loop.time() - started)))

@@ -12,7 +12,7 @@ import html
 import json
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -248,7 +248,7 @@ def _from_html(status: int, page: str, *, app_proxy: bool) -> CoderError:
     return _by_status(status, title or f"HTTP {status}", description, [])
 
 
-def _from_problem(status: int, body: dict) -> CoderError:
+def _from_problem(status: int, body: dict[str, Any]) -> CoderError:
     # RFC 7807 problem+json (what apps built on huma answer): the useful text sits in errors[].message.
     messages = [str(e.get("message", "")) for e in body.get("errors") or [] if isinstance(e, dict)]
     message = "; ".join(m for m in messages if m) or str(body.get("detail") or body.get("title"))

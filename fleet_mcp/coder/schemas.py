@@ -43,11 +43,12 @@ def parse_timestamp(value: Any) -> datetime | None:
             value = datetime.fromisoformat(_FRACTION.sub(r"\1", value.strip().upper()).replace("Z", "+00:00"))
     if not isinstance(value, datetime):
         raise ValueError(f"not a timestamp: {value!r}")
-    if value.year == 1:
+    stamp: datetime = value
+    if stamp.year == 1:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.astimezone(timezone.utc)
 
 
 def _none_to_list(value: Any) -> Any:

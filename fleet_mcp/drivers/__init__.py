@@ -13,15 +13,15 @@ from ..coder.client import App, CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
-    Answered, Busy, Driver, DriverError, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending,
-    StalePrompt, TurnResult, Unreachable,
+    Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported,
+    Pending, StalePrompt, TurnEnd, TurnResult, Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
-    "Answered", "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
-    "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnResult", "Unreachable", "agent_and_app", "driver_app",
-    "driver_for", "same_reach", "screen_prompt",
+    "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
+    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable",
+    "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
 ]
 
 

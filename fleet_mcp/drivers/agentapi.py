@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -20,7 +20,8 @@ from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, Text, Timestamp
 from ..polling import until
 from .base import (
-    Busy, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable, oversized,
+    Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
+    oversized,
 )
 from .wire import ConversationPage
 
@@ -67,7 +68,7 @@ def is_busy_refusal(exc: ce.CoderError) -> bool:
 class AgentAPIDriver:
     """One workspace's AgentAPI, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
-    kind = "agentapi"
+    kind: DriverKind = "agentapi"
 
     def __init__(self, client: CoderClient, app: App) -> None:
         self.client = client
@@ -101,7 +102,7 @@ class AgentAPIDriver:
             lambda: self.client.app_request("GET", self.app, "messages", ConversationPage, limit="conversation"))
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
         if result_schema is not None:
             raise NotSupported("A result_schema needs the runner (Claude Code's structured output); this agent "
                                "runs on AgentAPI.")

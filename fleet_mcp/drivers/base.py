@@ -15,12 +15,14 @@ from typing import Any, Literal, Protocol
 from ..coder import errors as ce
 
 __all__ = [
-    "Answered", "Busy", "Driver", "DriverError", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
-    "NotSupported", "Pending", "StalePrompt", "TurnResult", "Unreachable", "oversized",
+    "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
+    "NothingPending", "NotSupported", "Pending", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable", "oversized",
 ]
 
 LiveState = Literal["starting", "working", "idle", "needs_input", "error"]
 IfBusy = Literal["reject", "queue", "interrupt"]
+DriverKind = Literal["runner", "agentapi"]  # what runs Claude Code in a workspace
+TurnEnd = Literal["succeeded", "failed", "interrupted"]  # how a turn ended
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Live:
     turns: int | None = None
     cost_usd: float | None = None
     model: str | None = None
-    last_turn: str | None = None  # succeeded | failed | interrupted (runner)
+    last_turn: TurnEnd | None = None  # (runner)
     last_cost_usd: float | None = None
     changes_summary: str | None = None  # "3 files, +120 −8" (runner)
     answered: tuple[Answered, ...] = ()  # prompts answered lately, newest last (runner)
@@ -128,7 +130,7 @@ class NotSupported(DriverError):
 class Driver(Protocol):
     """Talks to the Claude Code of one workspace."""
 
-    kind: str  # "runner" or "agentapi"
+    kind: DriverKind
     slug: str  # the app it is reached through
     address: tuple[str, str, str | None, str]  # owner, workspace, agent, app slug: where it reaches the agent
 
@@ -140,7 +142,7 @@ class Driver(Protocol):
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
         """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
         started. `Busy` when refused."""
         ...

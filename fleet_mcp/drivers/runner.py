@@ -15,8 +15,8 @@ from ..coder.bounded import Limit
 from ..coder.client import APP_HEADERS, App, CoderClient
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
-    Answered, Busy, DriverError, IfBusy, Live, Message, NothingPending, Pending, StalePrompt, TurnResult, Unreachable,
-    oversized,
+    Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
+    TurnEnd, TurnResult, Unreachable, oversized,
 )
 from .wire import ConversationPage
 
@@ -24,8 +24,8 @@ __all__ = ["RunnerDriver"]
 
 T = TypeVar("T")
 KEY_HEADER = "X-Fleet-Runner-Key"  # the runner's door (fleet_mcp/runner/door.py); Coder's app proxy passes it on
-_STATES = {"working": "working", "starting": "starting", "idle": "idle", "needs_input": "needs_input",
-           "error": "error"}
+_STATES: dict[str, LiveState] = {"working": "working", "starting": "starting", "idle": "idle",
+                                 "needs_input": "needs_input", "error": "error"}
 
 
 class _Pending(LenientModel):
@@ -57,7 +57,7 @@ class _State(LenientModel):
     queued: int = 0
     turns: int = 0
     cost_usd: float = 0.0
-    last_turn: Literal["succeeded", "failed", "interrupted"] | None = None
+    last_turn: TurnEnd | None = None
     last_cost_usd: float | None = None
     changes_summary: str | None = None
 
@@ -136,7 +136,7 @@ class _Results(LenientModel):
 class RunnerDriver:
     """One workspace's runner, at its app `<slug>` (by path or subdomain, see `coder.apps`)."""
 
-    kind = "runner"
+    kind: DriverKind = "runner"
 
     def __init__(self, client: CoderClient, app: App, key: str | None = None) -> None:
         self.client = client
@@ -158,7 +158,7 @@ class RunnerDriver:
         s: _State = await self._call("GET", "state", _State)
         p = s.pending
         pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
-        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,  # type: ignore[arg-type]
+        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,
                     since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
                     cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
                     changes_summary=s.changes_summary, answered=tuple(a.answered() for a in s.answered))
@@ -167,7 +167,7 @@ class RunnerDriver:
         page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation")
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
         body: dict[str, Any] = {"content": text, "if_busy": if_busy}
         if result_schema is not None:
             body["result_schema"] = result_schema

@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import asdict
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
@@ -41,11 +41,11 @@ class MessageBody(BaseModel):
 
     content: str
     if_busy: Literal["reject", "queue", "interrupt"] = "reject"
-    result_schema: dict | None = None
+    result_schema: dict[str, Any] | None = None
 
     @field_validator("result_schema")
     @classmethod
-    def _a_schema(cls, value: dict | None) -> dict | None:
+    def _a_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None and (why := invalid_schema(value)):
             raise ValueError(why)
         return value

@@ -9,6 +9,8 @@ the repository's object store. Git runs in a worker thread: a turn's end never b
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import json
 import logging
@@ -37,7 +39,7 @@ class DiffRefused(Exception):
         self.code = code
 
 
-def line(summary: dict | None) -> str | None:
+def line(summary: dict[str, Any] | None) -> str | None:
     """One line for a summary: "3 files, +120 −8" (and the commits when there are any)."""
     if not summary:
         return None
@@ -57,8 +59,8 @@ class ChangeLog:
         self.origin: Point | None = None
         self.start: Point | None = None
         self.why_none: str | None = None  # why the running task has no start point
-        self.task: dict | None = None
-        self.agent: dict | None = None
+        self.task: dict[str, Any] | None = None
+        self.agent: dict[str, Any] | None = None
         self._load()
 
     # --- recording ----------------------------------------------------------------------------------------
@@ -67,7 +69,7 @@ class ChangeLog:
         """Note where the repository stands as a task starts (and, the first time, as the agent starts)."""
         await asyncio.to_thread(self._begin)
 
-    async def finish(self) -> tuple[dict | None, str | None]:
+    async def finish(self) -> tuple[dict[str, Any] | None, str | None]:
         """The task's changes since `begin`, or (None, why not); also updates the totals since the start."""
         return await asyncio.to_thread(self._finish)
 
@@ -86,7 +88,7 @@ class ChangeLog:
                 log.warning("changes: %s", self.why_none)
         self._save()
 
-    def _finish(self) -> tuple[dict | None, str | None]:
+    def _finish(self) -> tuple[dict[str, Any] | None, str | None]:
         if self.start is None:
             return None, self.why_none or "the task's start was not recorded"
         try:
@@ -120,13 +122,13 @@ class ChangeLog:
 
     # --- reading --------------------------------------------------------------------------------------------
 
-    def state_json(self) -> dict:
+    def state_json(self) -> dict[str, Any]:
         return {"changes_summary": line(self.task)}
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> dict:
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> dict[str, Any]:
         return await asyncio.to_thread(self._diff, scope, path, fmt, page, page_size)
 
-    def _diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> dict:
+    def _diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> dict[str, Any]:
         summary = self.task if scope == "task" else self.agent
         if summary is None:
             raise DiffRefused("no_changes", "no finished task has recorded changes yet" + (
@@ -154,7 +156,7 @@ class ChangeLog:
                 "end_commit": summary["end_commit"]}
 
     @staticmethod
-    def _file(repo: str, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> dict:
+    def _file(repo: str, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> dict[str, Any]:
         raw, cut = gitrepo.diff_file(repo, base, tree, entry, binary_patch=patch)
         name = entry.path.decode(errors="backslashreplace")
         try:

@@ -9,6 +9,8 @@ are not changes). Names are read NUL-separated (`-z`), so any byte in a file nam
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import shutil
 import subprocess
@@ -186,7 +188,7 @@ def entries(repo: str, base: str, tree: str, limit: int | None = None) -> tuple[
     return kept, total
 
 
-def summary(start: Point, end: Point, files_kept: int = FILES_KEPT) -> dict:
+def summary(start: Point, end: Point, files_kept: int = FILES_KEPT) -> dict[str, Any]:
     """What changed from `start` to `end`: commits, files (renames as renames, binaries marked), lines."""
     repo = end.repository
     kept, total = entries(repo, start.tree, end.tree, files_kept)
@@ -204,7 +206,7 @@ def summary(start: Point, end: Point, files_kept: int = FILES_KEPT) -> dict:
             "start_tree": start.tree, "end_tree": end.tree}
 
 
-def _file(e: Entry) -> dict:
+def _file(e: Entry) -> dict[str, Any]:
     path, clean = _text(e.path)
     entry = {"path": path, "change": e.change, "added_lines": 0, "removed_lines": 0, "binary": False}
     if e.old_path is not None:
@@ -238,7 +240,7 @@ def _numstat(repo: str, base: str, tree: str) -> Iterator[tuple[int, int, bool]]
         yield (0 if binary else int(plus or 0)), (0 if binary else int(minus or 0)), binary
 
 
-def _commits(repo: str, start: str | None, end: str | None) -> tuple[list[dict], int]:
+def _commits(repo: str, start: str | None, end: str | None) -> tuple[list[dict[str, Any]], int]:
     if end is None or start == end:
         return [], 0
     span = f"{start}..{end}" if start else end

@@ -9,6 +9,10 @@ import logging
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 __all__ = ["SCRUBBED", "add_arguments", "guard_process", "main", "serve"]
 
@@ -57,7 +61,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(app, sock: socket.socket) -> None:
+async def serve(app: ASGIApp, sock: socket.socket) -> None:
     """Serve `app` on `sock` until a signal asks to stop."""
     import uvicorn
 

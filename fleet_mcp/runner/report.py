@@ -3,6 +3,8 @@ with the workspace agent's token. In order, one at a time, never blocking a turn
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import contextlib
 import logging
@@ -54,10 +56,10 @@ class Reporter:
         self._url = f"{(agent_url or '').rstrip('/')}/api/v2/workspaceagents/me/app-status"
         self._token = token or ""
         self._slug = slug
-        self._queue: asyncio.Queue[dict] = asyncio.Queue(QUEUE_MAX)
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
         self._failing = False
         self._gone = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self.enabled:
@@ -117,7 +119,7 @@ class Reporter:
                 finally:
                     self._queue.task_done()
 
-    async def _send(self, client: httpx.AsyncClient, body: dict) -> None:
+    async def _send(self, client: httpx.AsyncClient, body: dict[str, Any]) -> None:
         try:
             response = await client.patch(self._url, json=body)
             problem = None if response.is_success else f"HTTP {response.status_code}"

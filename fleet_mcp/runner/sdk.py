@@ -40,15 +40,17 @@ def sandbox(mode: str) -> dict[str, Any] | None:
             "network": {"allowLocalBinding": False, "allowAllUnixSockets": False}}
 
 
-def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any, result_schema: dict | None = None) -> Any:
+def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any,
+            result_schema: dict[str, Any] | None = None) -> Any:
     """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended;
     with `result_schema`, turns end in an object of that shape (Claude Code's StructuredOutput tool)."""
     from claude_agent_sdk import ClaudeAgentOptions
+    from claude_agent_sdk.types import SystemPromptPreset
 
-    prompt: dict[str, str] = {"type": "preset", "preset": "claude_code"}
+    prompt: SystemPromptPreset = {"type": "preset", "preset": "claude_code"}
     if settings.system_prompt.strip():
         prompt["append"] = settings.system_prompt
-    return ClaudeAgentOptions(cwd=str(settings.workdir), system_prompt=prompt,  # type: ignore[arg-type]
+    return ClaudeAgentOptions(cwd=str(settings.workdir), system_prompt=prompt,
                               permission_mode=settings.permission_mode, can_use_tool=can_use_tool, resume=resume,
                               model=settings.model, max_turns=settings.max_turns,
                               max_budget_usd=settings.max_cost_usd,
@@ -56,7 +58,7 @@ def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any, res
                               sandbox=sandbox(settings.sandbox))  # type: ignore[arg-type]
 
 
-def init_info(message: Any) -> dict | None:
+def init_info(message: Any) -> dict[str, Any] | None:
     """The session's init data (session_id, model...) when `message` is the SDK's init message."""
     from claude_agent_sdk import SystemMessage
 

@@ -46,16 +46,16 @@ class Pending:
     tool: str
     summary: str
     since: str
-    answer: asyncio.Future = field(repr=False)
+    answer: asyncio.Future[Any] = field(repr=False)
 
-    def json(self) -> dict:
+    def json(self) -> dict[str, Any]:
         return {"id": self.id, "tool": self.tool, "summary": self.summary, "since": self.since}
 
 
 class StalePrompt(Conflict):
     """An answer named a prompt that no longer waits; `pending` is what waits now (or None)."""
 
-    def __init__(self, prompt_id: str, pending: Pending | None, answered: dict | None) -> None:
+    def __init__(self, prompt_id: str, pending: Pending | None, answered: dict[str, str] | None) -> None:
         now = f"prompt {pending.id} ({pending.tool}) waits now" if pending else "no prompt waits now"
         said = f"it was answered {answered['decision']} at {answered['at']}" if answered else "it is not pending"
         super().__init__("stale_prompt", f"prompt {prompt_id}: {said}; {now}")
@@ -75,7 +75,7 @@ class Conversation:
         self.since = now_iso()
         self.error: str | None = None
         self.pending: Pending | None = None
-        self.answered: list[dict] = []  # newest last: {id, decision, by ("fleet" | "timeout" | "interrupt"), at}
+        self.answered: list[dict[str, str]] = []  # newest last: {id, decision, by, at}
         self.current_task: str | None = self.saved.results[-1].task if self.saved.results else None
         self.last_activity_at: str | None = None
         self._client: Any = None
@@ -85,17 +85,17 @@ class Conversation:
         self._retry = asyncio.Event()
         self._closing = asyncio.Event()
         self._stopping = False
-        self._tasks: set[asyncio.Task] = set()
-        self._schema: dict | None = None  # the result schema Claude Code was connected with
-        self._turn_schema: dict | None = None  # the running turn's
-        self._reader: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._schema: dict[str, Any] | None = None  # the result schema Claude Code was connected with
+        self._turn_schema: dict[str, Any] | None = None  # the running turn's
+        self._reader: asyncio.Task[Any] | None = None
         self._switching = False
         self._tool_error: str | None = None
         self._sent = False  # whether Claude Code has the running turn's prompt
 
     # --- what the HTTP layer reads and does --------------------------------------------------------------------
 
-    def state_json(self) -> dict:
+    def state_json(self) -> dict[str, Any]:
         return {"state": self.state, "since": self.since, "session_id": self.saved.session_id,
                 "model": self.saved.model, "current_task": self.current_task,
                 "pending": self.pending.json() if self.pending else None, "answered": self.answered[-10:],
@@ -103,7 +103,7 @@ class Conversation:
                 "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
                 "last_activity_at": self.last_activity_at, **self._last_turn_json()}
 
-    def _last_turn_json(self) -> dict:
+    def _last_turn_json(self) -> dict[str, Any]:
         """The last turn at a glance: how it ended, its cost, and a line on what it changed."""
         last = self.saved.results[-1] if self.saved.results else None
         outcome = None if last is None else "interrupted" if last.interrupted else "failed" if last.is_error \
@@ -111,10 +111,11 @@ class Conversation:
         return {"last_turn": outcome, "last_cost_usd": last.total_cost_usd if last else None,
                 "changes_summary": line(last.changes) if last else None}
 
-    async def send(self, content: str, if_busy: str, result_schema: dict | None = None) -> bool:
+    async def send(self, content: str, if_busy: str, result_schema: dict[str, Any] | None = None) -> bool:
         """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused.
         With `result_schema` the turn must end in an object of that shape (typed.py)."""
-        item: str | dict = content if result_schema is None else {"content": content, "result_schema": result_schema}
+        item: str | dict[str, Any] = (content if result_schema is None
+                                      else {"content": content, "result_schema": result_schema})
         if self.state == "idle" and not self.saved.queue:
             self.saved.queue.append(item)
             self._next()  # starts it, or reconnects first with the schema it asks for
@@ -169,7 +170,7 @@ class Conversation:
         self.pending = None
         self._set_state("working")
 
-    def answer_of(self, prompt_id: str) -> dict | None:
+    def answer_of(self, prompt_id: str) -> dict[str, str] | None:
         """How prompt `prompt_id` was answered, if it was lately."""
         return next((a for a in reversed(self.answered) if a["id"] == prompt_id), None)
 
@@ -250,7 +251,7 @@ class Conversation:
         result.changes, result.changes_unavailable = await self.changes.finish()
         self._finish(result)
 
-    async def _until_closing(self, task: asyncio.Task) -> bool:
+    async def _until_closing(self, task: asyncio.Task[Any]) -> bool:
         """Waits for `task` or `close()`; True (and `task` cancelled) when closing came first."""
         closing = asyncio.create_task(self._closing.wait())
         await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
@@ -264,7 +265,7 @@ class Conversation:
             await task
         return True
 
-    def _begin(self, item: str | dict) -> None:
+    def _begin(self, item: str | dict[str, Any]) -> None:
         """Marks a turn started (synchronously, so no second message slips in) and sends it."""
         prompt, self._turn_schema, self._tool_error = typed.content(item), typed.schema_of(item), None
         self._sent = False
@@ -365,7 +366,7 @@ class Conversation:
 
     async def _can_use_tool(self, tool: str, tool_input: dict[str, Any], context: Any) -> Any:
         summary = sdk.summarize(tool, tool_input)
-        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # The runner's own id, not the API's tool_use_id: unique whatever the model's stream says.
         pending = Pending(f"p-{uuid.uuid4().hex[:16]}", tool, summary, now_iso(), answer)
         self.pending = pending

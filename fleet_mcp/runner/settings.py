@@ -6,7 +6,7 @@ import argparse
 import ipaddress
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -44,7 +44,7 @@ class RunnerSettings(BaseSettings):
     @field_validator("model", "max_turns", "max_cost_usd", "state_file", "spec_file", "coder_agent_url",
                      "coder_agent_token", "key_sha256", mode="before")
     @classmethod
-    def _empty_is_unset(cls, value):
+    def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("host")
@@ -74,7 +74,7 @@ class RunnerSettings(BaseSettings):
     def state_path(self) -> Path:
         return self.state_file or self.workdir / ".fleet-runner" / "state.json"
 
-    def first_schema(self) -> dict | None:
+    def first_schema(self) -> dict[str, Any] | None:
         """The spec turn's result schema (FLEET_RUNNER_RESULT_SCHEMA), None when unset; ValueError when bad."""
         import json
 
@@ -83,7 +83,7 @@ class RunnerSettings(BaseSettings):
         if not self.result_schema.strip():
             return None
         try:
-            schema = json.loads(self.result_schema)
+            schema: dict[str, Any] = json.loads(self.result_schema)
         except ValueError:
             raise ValueError("FLEET_RUNNER_RESULT_SCHEMA is not JSON") from None
         if why := invalid_schema(schema):

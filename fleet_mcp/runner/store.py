@@ -50,7 +50,7 @@ class Result:
     finished_at: str
     pull_request_url: str | None
     interrupted: bool
-    changes: dict | None = None  # what the turn changed in the repository (changes.py), or None and why
+    changes: dict[str, Any] | None = None  # what the turn changed in the repository (changes.py), or None and why
     changes_unavailable: str | None = None
     structured: Any = None  # the validated answer when the task asked for a result_schema
 
@@ -68,7 +68,7 @@ class Saved:
     next_message_id: int = 1
     messages: list[Message] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
-    queue: list[str | dict] = field(default_factory=list)  # a task's text, or {content, result_schema}
+    queue: list[str | dict[str, Any]] = field(default_factory=list)  # a task's text, or {content, result_schema}
 
 
 class Store:
@@ -93,7 +93,7 @@ class Store:
             raise ValueError(f"{self.path}: a fleet runner state file with unreadable fields") from None
 
     @staticmethod
-    def _parse(raw: dict) -> Saved:
+    def _parse(raw: dict[str, Any]) -> Saved:
         return Saved(
             session_id=raw.get("session_id"), model=raw.get("model"), spec_sent=bool(raw.get("spec_sent")),
             session_cost_usd=float(raw.get("session_cost_usd") or 0.0), cost_usd=float(raw.get("cost_usd") or 0.0),

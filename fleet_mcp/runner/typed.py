@@ -23,7 +23,7 @@ def content(item: Any) -> str:
     return item["content"] if isinstance(item, dict) else str(item)
 
 
-def schema_of(item: Any) -> dict | None:
+def schema_of(item: Any) -> dict[str, Any] | None:
     """The result schema a queued task asks for, if any."""
     return item.get("result_schema") if isinstance(item, dict) else None
 
@@ -44,7 +44,7 @@ def invalid_schema(schema: Any) -> str | None:
     return None
 
 
-def violation(schema: dict, value: Any) -> str | None:
+def violation(schema: dict[str, Any], value: Any) -> str | None:
     """Why `value` does not fit `schema` (the first error, with where), or None when it does."""
     import jsonschema
 
@@ -55,7 +55,7 @@ def violation(schema: dict, value: Any) -> str | None:
     return f"{error.message[:300]}" + (f" (at {where})" if where else "")
 
 
-def outcome(schema: dict, structured: Any, subtype: str, last_error: str | None) -> tuple[Any, str | None]:
+def outcome(schema: dict[str, Any], structured: Any, subtype: str, last_error: str | None) -> tuple[Any, str | None]:
     """(the validated object, None) or (None, why the typed answer failed)."""
     if subtype == "error_max_structured_output_retries":
         return None, "The answer never matched result_schema" + (f": {last_error}" if last_error else ".")

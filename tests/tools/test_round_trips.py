@@ -107,12 +107,14 @@ async def test_create_agent_with_warm_caches_makes_two_requests(emulator, confor
     assert dict(emulator.backend.requests) == {"POST /api/v2/users/{user}/workspaces": 1}
 
 
-async def test_the_fleet_cap_costs_one_request(measured, emulator):
+async def test_the_fleet_cap_costs_two_counts(measured, emulator):
+    # One count before the create refuses a full fleet without provisioning anything; one after it
+    # confirms the cap under concurrent creates (specs/tools.md item 19).
     tools, _ = measured
     await tools("create_agent", name="first", project="fleet-demo", spec="Go.")  # caches the listing
     emulator.backend.requests.clear()
     await tools("create_agent", name="capped", project="fleet-demo", spec="Go.")
-    assert dict(emulator.backend.requests) == {"GET /api/v2/workspaces": 1, "POST /api/v2/users/{user}/workspaces": 1}
+    assert dict(emulator.backend.requests) == {"GET /api/v2/workspaces": 2, "POST /api/v2/users/{user}/workspaces": 1}
 
 
 async def test_the_listing_is_asked_again_once_its_ttl_is_over(emulator, conformance):

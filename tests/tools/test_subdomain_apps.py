@@ -117,6 +117,31 @@ async def test_connect_to_reaches_a_wildcard_host_no_dns_knows(conformance):
             assert "error" not in sent, sent
 
 
+def self_signed(where, name: str):
+    """A certificate for `name` and its key, as PEM files (the certificate is its own authority)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name.lstrip("*."))])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = where / "cert.pem", where / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
 def test_connect_to_keeps_the_host_header_and_tls_name():
     rules = ConnectTo.parse(" *.apps.example.com=10.0.0.5:8443 , coder.example.com=[::1]:443,")
     assert rules.rules == (("*.apps.example.com", "10.0.0.5", 8443), ("coder.example.com", "::1", 443))
@@ -145,3 +170,38 @@ def test_subdomain_labels_follow_coders_appurl():
     assert App("alice", "ws-1", "main", "fleet", True, "fleet--ws-1--alice").label() == "fleet--ws-1--alice"
     with pytest.raises(ValueError):
         App("me", "ws", None, "ccw").label()
+
+
+async def test_connect_to_over_tls_keeps_the_tls_name_and_host(tmp_path):
+    """A TLS server for `*.apps.example.test` at 127.0.0.1: reached through FLEET_MCP_CONNECT_TO, the TLS
+    handshake names the app host (SNI), the certificate is checked against it, and Host is the app host."""
+    import asyncio
+    import json
+    import ssl
+
+    from fleet_mcp.coder.client import CoderClient
+
+    cert, key = self_signed(tmp_path, f"*.{APP_HOST}")
+    names: list[str | None] = []
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    served.sni_callback = lambda sock, name, ctx: names.append(name)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        host = next(line.split(":", 1)[1].strip() for line in head if line.lower().startswith("host:"))
+        body = json.dumps({"host": host, "target": head[0].split(" ")[1]}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+                     + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    trusting = httpx.AsyncHTTPTransport(verify=ssl.create_default_context(cafile=str(cert)))
+    async with server, CoderClient("https://coder.example.test", "t0ken-123456", transport=trusting,
+                                   connect_to=ConnectTo.parse(f"*.{APP_HOST}=127.0.0.1:{port}")) as client:
+        client.apps.wildcard = f"*.{APP_HOST}"  # as Coder's /api/v2/applications/host would say
+        seen = await client.app_request("GET", App("alice", "w", None, "fleet", subdomain=True), "state", dict)
+    assert seen == {"host": f"fleet--w--alice.{APP_HOST}", "target": "/state"}
+    assert names == [f"fleet--w--alice.{APP_HOST}"]
