@@ -10,13 +10,14 @@ from .errors import FleetError
 
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
-    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
+    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_PATTERN", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
     "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name",
     "check_result_schema", "check_text", "iso", "paginate", "valid_name",
 ]
 
-# `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) does not.
-NAME_RE = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*\Z")
+NAME_PATTERN = r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$"  # Coder's rule, as the tools' JSON Schema states it
+# `\Z`, not `$`: Python's `$` also matches before a final newline ("x\n"); Go's (Coder's) and JSON Schema's do not.
+NAME_RE = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 MAX_NAME = 20
 MAX_WORKSPACE_NAME = 32  # Coder's own limit: what a lookup of an existing workspace may be given
 MAX_SPEC = 65_536  # bytes of UTF-8

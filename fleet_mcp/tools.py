@@ -31,7 +31,7 @@ from .models import (
     Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
 from .polling import within
-from .rules import MAX_NAME, MAX_SPEC
+from .rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
 from .turns import DIFF_PAGE_MAX, PATH_MAX, Turns
 from .users import services_of
 from .waits import MAX_WAIT_S, Waits
@@ -92,7 +92,7 @@ def waits_of(ctx: Context = CurrentContext()) -> Waits:
 # --- the tools ------------------------------------------------------------------------------
 
 async def create_agent(
-    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$",
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN,
                                description="Unique short name: 1-20 letters, digits and hyphens")],
     project: Annotated[str, Field(description="Project (Coder template) name or display name")],
     spec: Annotated[str, Text, Field(description="What the agent should achieve: objective, context, "

@@ -8,7 +8,7 @@ import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
-from fleet_mcp.rules import check_name, check_text, iso, paginate
+from fleet_mcp.rules import NAME_PATTERN, check_name, check_text, iso, paginate, valid_name
 from fleet_mcp.status import needs_attention
 
 
@@ -23,6 +23,19 @@ def test_bad_names(name):
     with pytest.raises(FleetError) as exc:
         check_name(name)
     assert exc.value.error == "bad_request"
+
+
+def test_lookups_take_any_name_coder_can_hold_and_nothing_else():
+    # A workspace made outside the fleet may use Coder's 32 characters; a name Coder cannot hold is never asked.
+    assert valid_name("a" * 32) and valid_name("new") and not valid_name("a" * 33)
+    assert not any(valid_name(n) for n in ("", "a\n", "-a", "a--b", "a_b"))
+
+
+def test_the_schema_pattern_is_the_rule_the_code_checks():
+    import re
+
+    for name in ("agent-7", "a-", "a\n", "a b", "1x"):
+        assert (re.fullmatch(NAME_PATTERN.strip("^$"), name) is not None) == valid_name(name), name
 
 
 def test_pagination_clamps_size_and_refuses_bad_pages():
