@@ -17,6 +17,7 @@ import sys
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
@@ -38,7 +39,10 @@ from fleet_mcp.coder.schemas import (
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-__all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]
+__all__ = ["APP_HEADERS", "App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]
+
+# Headers a workspace app's own door asks for (the runner's key), added to requests sent while set.
+APP_HEADERS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fleet_mcp_app_headers", default=())
 
 # httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
 # Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
@@ -368,6 +372,7 @@ class CoderClient:
         """One request through the transport; the answer's body is not read yet."""
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
+        headers = [*headers, *APP_HEADERS.get()]
         # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
         url = _url(self._base + path if path.startswith("/") else path)
         request = httpx.Request(method, url, params=params, json=json, headers=headers,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.system
 AGENT_TOOLS = {  # every tool naming one agent, with arguments that would otherwise be accepted
     "show_agent": {}, "show_agent_task_history": {}, "show_agent_log": {}, "get_agent_result": {},
     "start_agent_task": {"task_description": "steal this", "if_busy": "interrupt"},
-    "cancel_agent_task": {}, "answer_agent": {"decision": "allow"}, "stop_agent": {}, "start_agent": {},
+    "cancel_agent_task": {}, "answer_agent": {"prompt_id": "p-x", "decision": "allow"}, "stop_agent": {}, "start_agent": {},
     "delete_agent": {},
 }
 
