@@ -298,7 +298,7 @@ class Settings(BaseSettings):
         """A Coder client with these settings (URL, token, timeouts, retry budget), its retries kept within
         the deadline of the tool call it serves (`polling.within`)."""
         from .coder.client import CoderClient, ConnectTo
-        from .polling import current_deadline
+        from .fleet.polling import current_deadline
 
         token = self.coder_session_token.get_secret_value() if self.coder_session_token is not None else None
         return CoderClient(self.coder_url, token, transport=transport, request_timeout_s=self.request_timeout_s,
