@@ -241,7 +241,7 @@ async def tour(console: Console, runtime: str | None = None) -> int:
 
     from .emulator import REAL_TIME, Emulator
     from .emulator.app import running
-    from .preflight import StartupError, load_settings
+    from .serving.preflight import StartupError, load_settings
     from .server import build_server
 
     runtime = runtime or ("runner" if runner_installed() else "agentapi")

@@ -28,7 +28,7 @@ import httpx
 from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
-from .preflight import StartupError, check_coder, load_settings
+from .serving.preflight import StartupError, check_coder, load_settings
 from .projects import roles_from
 from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings

@@ -33,7 +33,7 @@ from .models import (
 from .polling import within
 from .rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
 from .turns import DIFF_PAGE_MAX, PATH_MAX, Turns
-from .users import services_of
+from .serving.users import services_of
 from .waits import MAX_WAIT_S, Waits
 
 __all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]

@@ -23,7 +23,7 @@ import pytest
 from processes import clean_env
 from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
-from fleet_mcp.emulator.anthropic import Reply, messages_app
+from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
 
 __all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "needs_sdk", "runner_env",

@@ -26,7 +26,7 @@ from fleet_mcp import cli
 from fleet_mcp.doctor import Report, diagnose, run
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
-from fleet_mcp.preflight import StartupError
+from fleet_mcp.serving.preflight import StartupError
 
 DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
 FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]

@@ -23,7 +23,7 @@ from hcl_reader import (TEMPLATES, as_list, flag, labelled, load, merged, named,
                         parameters as parameters_of, presets as presets_of, validation)
 
 from fleet_mcp.emulator import Emulator
-from fleet_mcp.emulator.seed import ROLE_PROMPTS, ROLES
+from fleet_mcp.emulator.coder.seed import ROLE_PROMPTS, ROLES
 from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.settings import Settings
 

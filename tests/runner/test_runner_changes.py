@@ -8,7 +8,7 @@ import pytest
 
 from runners import needs_sdk, runner_process
 
-from fleet_mcp.emulator.project import seed_repository
+from fleet_mcp.emulator.runners.project import seed_repository
 
 pytestmark = [pytest.mark.system, needs_sdk]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from runners import needs_sdk, runner_process, scripted_api
 
-from fleet_mcp.emulator.anthropic import Reply, script_for
+from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"

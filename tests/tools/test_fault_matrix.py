@@ -45,7 +45,7 @@ from support import CheckedTransport, Tools, fleet_settings
 from fleet_mcp.coder import client as coder_client
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
-from fleet_mcp.emulator.errors import CoderError
+from fleet_mcp.emulator.coder.errors import CoderError
 from fleet_mcp.server import build_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from runners import disk, needs_sdk, runner_fleet, served
 
-from fleet_mcp.emulator.anthropic import Reply, messages_app, script_for
+from fleet_mcp.emulator.runners.anthropic import Reply, messages_app, script_for
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}

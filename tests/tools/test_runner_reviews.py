@@ -9,7 +9,7 @@ import pytest
 
 from runners import disk, needs_sdk, runner_fleet
 
-from fleet_mcp.emulator.project import seed_repository
+from fleet_mcp.emulator.runners.project import seed_repository
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 120}

@@ -33,13 +33,13 @@ from urllib.parse import urlsplit
 from starlette.responses import Response
 
 from .project import seed_repository
-from .seed import ROLE_PROMPTS
-from .state import Agent, Workspace
+from ..coder.seed import ROLE_PROMPTS
+from ..coder.state import Agent, Workspace
 
 if TYPE_CHECKING:
     import httpx
 
-    from .backend import Backend
+    from ..coder.backend import Backend
 
 __all__ = ["RUNNER_SLUG", "RunnerForward", "Runners"]
 
@@ -277,7 +277,7 @@ class RunnerForward(Response):
         return await self.client.request(method, url, headers=headers or [], content=body, timeout=timeout)
 
     async def __call__(self, scope, receive, send) -> None:
-        from .proxy import bad_gateway
+        from ..coder.proxy import bad_gateway
 
         body = b""
         while True:
