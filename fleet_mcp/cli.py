@@ -110,7 +110,7 @@ def _emulator(args: argparse.Namespace) -> int:
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:  # as the server says it: one line, exit 2
-        from .listener import bind_failure
+        from .serving.listener import bind_failure
 
         print(f"fleet-mcp emulator: {bind_failure(exc, args.host, args.port)}", file=sys.stderr)
         return 2
@@ -131,9 +131,9 @@ def _serve(args: argparse.Namespace) -> int:
     # while it runs is wasted work. Freeze what start-up made, then collect as usual.
     gc.disable()
 
-    from .connections import raise_fd_limit
-    from .logs import setup as setup_logs
-    from .preflight import StartupError, check_coder, load_settings, unknown_settings
+    from .serving.connections import raise_fd_limit
+    from .serving.logs import setup as setup_logs
+    from .serving.preflight import StartupError, check_coder, load_settings, unknown_settings
 
     fd_limit = raise_fd_limit()
     overrides = {"read_only": True} if args.read_only else {}
@@ -161,7 +161,7 @@ def _serve(args: argparse.Namespace) -> int:
                                      **overrides)
         else:
             settings = load_settings(**overrides)
-        from .front import sent_token  # what an HTTP request sends, accepted or not (per-user mode: a Coder token)
+        from .serving.front import sent_token  # what an HTTP request sends (per-user mode: a Coder token)
 
         setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
                    settings.log_level, also=sent_token if args.transport == "http" else None)
@@ -171,15 +171,15 @@ def _serve(args: argparse.Namespace) -> int:
             raise StartupError("FLEET_MCP_AUTH=coder serves each HTTP caller with their own Coder token: "
                                "add --transport http (over stdio, set CODER_SESSION_TOKEN and leave FLEET_MCP_AUTH)")
         if args.transport == "http":
-            from .http import refuse_bind
+            from .serving.http import refuse_bind
 
             if reason := refuse_bind(args.host, settings):
                 raise StartupError(reason)
-            from .listener import listen
+            from .serving.listener import listen
 
             sock = listen(args.host, args.port)
         if settings.audit_log is not None:
-            from .audit import cannot_open
+            from .serving.audit import cannot_open
 
             if reason := cannot_open(settings.audit_log):
                 raise StartupError(reason)
@@ -194,7 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
     from .server import build_server
-    from .serving import serve_http, serve_stdio
+    from .serving.run import serve_http, serve_stdio
 
     stopping = asyncio.Event()  # set on the first signal (or stdin's end): waits in flight answer at once
     server = build_server(settings, transport=transport, user=who.user, stopping=stopping)

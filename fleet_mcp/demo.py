@@ -57,6 +57,7 @@ class Tour:
         self.client = client
         self.console = console
         self.started = time.monotonic()
+        self.prompt_id = ""  # the builder's pending prompt, as show_agent named it
 
     def steps(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         return [
@@ -150,11 +151,12 @@ class Tour:
         await self.wait([BUILDER], ["needs_input", "idle"], "the builder to ask for permission")
         agent = (await self.call("show_agent", agent_name=BUILDER))["agent"]
         self.table(f"show_agent {BUILDER}", ["status", "waits on"], [(agent["status"], agent["problem"])])
-        if agent["status"] != "needs_input":
+        if agent["status"] != "needs_input" or not agent["pending"]:
             raise StepFailed(f"{BUILDER} is {agent['status']}, not waiting for permission")
+        self.prompt_id = agent["pending"]["prompt_id"]
 
     async def answer(self) -> None:
-        answered = await self.call("answer_agent", agent_name=BUILDER, decision="allow")
+        answered = await self.call("answer_agent", agent_name=BUILDER, prompt_id=self.prompt_id, decision="allow")
         self.table("answer_agent decision=allow", ["agent status", "message"],
                    [(answered["agent_status"], answered["message"])])
         await self.wait([BUILDER], ["idle", "failed"], "the follow-up to finish")
@@ -239,7 +241,7 @@ async def tour(console: Console, runtime: str | None = None) -> int:
 
     from .emulator import REAL_TIME, Emulator
     from .emulator.app import running
-    from .preflight import StartupError, load_settings
+    from .serving.preflight import StartupError, load_settings
     from .server import build_server
 
     runtime = runtime or ("runner" if runner_installed() else "agentapi")

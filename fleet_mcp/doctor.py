@@ -28,9 +28,9 @@ import httpx
 from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
-from .preflight import StartupError, check_coder, load_settings
+from .serving.preflight import StartupError, check_coder, load_settings
 from .projects import roles_from
-from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_PARAMETERS
+from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
 
 T = TypeVar("T")
@@ -256,6 +256,9 @@ def _app(check: ProjectCheck, resources: list[WorkspaceResource], slugs: dict[st
 def _runner_parameters(check: ProjectCheck, declared: dict[str, RichParameter]) -> None:
     """Model and budgets reach the runner through three optional parameters; say what their absence costs."""
     missing = [name for name in RUNNER_PARAMETERS if name not in declared]
+    if check.driver == RUNNER and RUNNER_KEY not in declared:
+        check.lacks.append(f"parameter {RUNNER_KEY} (the runner's key, made by create_agent: without it the "
+                           "runner refuses every call of the fleet; templates/fleet-agent declares it)")
     if check.driver == RUNNER and missing:
         check.warnings.append(f"declares no {', '.join(missing)}: create_agent will refuse model, max_turns and "
                               "max_cost_usd for this project (templates/fleet-agent declares all three)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -16,24 +17,27 @@ from .builds import Builds
 from .coder import errors as ce
 from .coder.client import CoderClient, collection_paused
 from .coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
-from .drivers import Driver, DriverError, Live, Message, Slugs, Unreachable, driver_app, driver_for, same_reach
+from .drivers import (
+    Driver, DriverError, Live, Message, Pending, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
+    screen_prompt,
+)
 from .errors import FleetError, bad_request, not_found
 from .models import (
-    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata,
+    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
 from .reads import nothing, prefetch, quietly
 from .rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, SPEC, TASK, iso,
-    paginate, valid_name,
+    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
+    iso, paginate, valid_name,
 )
 from .settings import Settings
 from .status import (
     Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
 )
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "reported_task"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "with_screen_prompt"]
 
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
 READY_KEPT = 1_000  # agents whose driver is remembered between reads
@@ -91,8 +95,22 @@ class Fleet:
         return ws, await self.params(ws)
 
     def driver(self, ws: Workspace) -> Driver | None:
-        """The driver of a workspace whose agent is up, else None."""
-        return driver_for(self.client, ws, self.slugs) if isinstance(base_status(ws, self.slugs), Ready) else None
+        """The driver of a workspace whose agent is up, else None. A runner's key is a build parameter: read
+        `params` (or use `keyed_driver`) first, or its calls go without it and are refused."""
+        return self._driver_of(ws) if isinstance(base_status(ws, self.slugs), Ready) else None
+
+    def _driver_of(self, ws: Workspace) -> Driver | None:
+        return driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
+
+    def _runner_unkeyed(self, ws: Workspace) -> bool:
+        _, app = agent_and_app(ws, self.slugs)
+        return app is not None and app.slug == self.slugs.runner and ws.latest_build.id not in self._params
+
+    async def keyed_driver(self, ws: Workspace) -> Driver | None:
+        """`driver`, with the runner's key read first where it is not known yet (one request per build)."""
+        if self._runner_unkeyed(ws):
+            await self.params(ws)
+        return self.driver(ws)
 
     def remember(self, name: str, driver: Driver | None) -> None:
         """What a fleet agent was last seen to be reached by (None: not ready), so the next read of it can ask
@@ -124,7 +142,9 @@ class Fleet:
             "live": self.live(known), "conversation": quietly(known.conversation()) if conversation else nothing()}
         with prefetch(early) as begun:
             ws = await self.workspace(name)
-            driver = driver_for(self.client, ws, self.slugs)
+            if self._runner_unkeyed(ws):
+                await self.params(ws)  # the runner's key is a build parameter: read first, once per build
+            driver = self._driver_of(ws)
             ready = driver if isinstance(base_status(ws, self.slugs), Ready) else None
             if begun and same_reach(known, ready):
                 reads: tuple[Awaitable[Any], ...] = (begun["live"], begun["conversation"])
@@ -143,7 +163,7 @@ class Fleet:
     async def ready(self, name: str) -> tuple[Workspace, Driver, Live]:
         """An agent whose driver answers, for an operation on its conversation; `bad_request` otherwise."""
         ws, params = await self.find(name)
-        driver = self.driver(ws)
+        driver = self.driver(ws)  # `find` read the parameters, the runner's key among them
         live, unreachable = await self.live(driver)
         if driver is None or live is None:
             raise self.not_ready(Snapshot(ws, params, live, unreachable))
@@ -176,7 +196,7 @@ class Fleet:
         """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline
         while its workspace runs, what its program itself reported."""
         snap, messages = await self.snapshot(name, conversation=True)
-        status = live_status(snap, self.slugs)
+        status = with_screen_prompt(live_status(snap, self.slugs), snap.driver, messages)
         problem = await self._with_reported_errors(snap, status.problem) if (
             status.value in ("failed", "offline") and snap.workspace.latest_build.status == "running") else None
         statuses = await self.statuses(snap.workspace)
@@ -264,7 +284,24 @@ def last_activity(ws: Workspace) -> datetime | None:
 def facts(status: Status) -> dict[str, Any]:
     """The status fields every answer about an agent carries."""
     return {"status": status.value, "status_source": status.source, "status_since": iso(status.since),
-            "last_turn": status.last_turn, "last_turn_error": status.last_turn_error}
+            "last_turn": status.last_turn, "last_turn_error": status.last_turn_error,
+            "pending": prompt(status.pending) if status.value == "needs_input" else None}
+
+
+def prompt(pending: Pending | None) -> PendingPrompt | None:
+    """A pending prompt as the tools show it."""
+    if pending is None:
+        return None
+    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.summary, asked_at=iso(pending.since))
+
+
+def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:
+    """An AgentAPI agent in needs_input, with the prompt its screen shows (named by the screen's digest)."""
+    known = status.pending is not None and status.pending.id is not None
+    if status.value != "needs_input" or known or driver is None or driver.kind != "agentapi":
+        return status
+    shown = screen_prompt(messages or [])
+    return replace(status, pending=shown) if shown else status
 
 
 def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current: str | None,

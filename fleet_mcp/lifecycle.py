@@ -7,6 +7,7 @@ from typing import Any
 import asyncio
 import functools
 import json
+import secrets
 
 from .cap import Cap, Tally
 from .coder import errors as ce
@@ -17,7 +18,7 @@ from .fleet import Fleet, agent_answer
 from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .reads import settle
 from .rules import (
-    MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_PARAMETERS, SPEC, TASK,
+    MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_result_schema, check_text, valid_name,
 )
 from .status import list_status
@@ -87,6 +88,8 @@ class Lifecycle:
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
+        if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
+            values[RUNNER_KEY] = secrets.token_urlsafe(32)
         if result_schema is not None:
             if RESULT_SCHEMA not in {p.name for p in params}:
                 if cached:

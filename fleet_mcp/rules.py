@@ -11,8 +11,8 @@ from .errors import FleetError
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_PATTERN", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
-    "RESULT_SCHEMA", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name", "check_result_schema",
-    "check_text", "iso", "paginate", "valid_name",
+    "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name",
+    "check_result_schema", "check_text", "iso", "paginate", "valid_name",
 ]
 
 NAME_PATTERN = r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$"  # Coder's rule, as the tools' JSON Schema states it
@@ -30,6 +30,8 @@ FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
 MODEL, MAX_TURNS, MAX_COST = "fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"
 RUNNER_PARAMETERS = (MODEL, MAX_TURNS, MAX_COST)
 RESULT_SCHEMA = "fleet_mcp_result_schema"  # optional, runner templates: the spec turn's result schema (JSON)
+# The runner's key, made by create_agent; the template hands the runner only its SHA-256 (specs/runner.md).
+RUNNER_KEY = "fleet_mcp_runner_key"
 FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
 BUILD_ACTIVE = ("pending", "running", "canceling")

@@ -16,7 +16,7 @@ from fastmcp.server.middleware import Middleware
 
 from . import __version__
 from .settings import Settings
-from .users import CoderTokens, Services, Users
+from .serving.users import CoderTokens, Services, Users
 from .errors import Envelope
 from .tools import instructions, register
 
@@ -40,7 +40,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
     middleware: list[Middleware] = [Envelope()]
     audit = None
     if settings.audit_log is not None:
-        from .audit import AuditLog
+        from .serving.audit import AuditLog
 
         # Outermost, so it records what the client gets: the envelope, after Envelope has shaped it.
         audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token],

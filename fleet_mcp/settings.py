@@ -159,7 +159,7 @@ class Settings(BaseSettings):
             "when rotated; a failed write never changes a call's answer (reported on stderr once a minute at most)"
         ),
     )
-    # HTTP connections and sessions (see fleet_mcp/connections.py and sessions.py).
+    # HTTP connections and sessions (see fleet_mcp/serving/connections.py and sessions.py).
     http_idle_timeout_s: float = Field(
         default=10.0, gt=0,
         description="with `--transport http`: a connection that starts no request for this long is closed",
@@ -194,7 +194,7 @@ class Settings(BaseSettings):
         default=64, ge=1,
         description="with `--transport http`: open MCP sessions per client address at most, oldest idle ended first",
     )
-    # A service for a team (see fleet_mcp/users.py): who acts in Coder, replicas, each user's share of Coder.
+    # A service for a team (see fleet_mcp/serving/users.py): who acts in Coder, replicas, each user's share of Coder.
     auth: Literal["token", "coder"] = Field(
         default="token",
         description=(
@@ -240,7 +240,7 @@ class Settings(BaseSettings):
         ),
     )
     read_only: bool = Field(default=False, description="serve only the tools tagged `read` (as `--read-only`)")
-    # What the server logs on stderr (see fleet_mcp/logs.py): stdout belongs to MCP over stdio.
+    # What the server logs on stderr (see fleet_mcp/serving/logs.py): stdout belongs to MCP over stdio.
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO",
         description="what the server logs on stderr: `DEBUG`, `INFO`, `WARNING` or `ERROR` (any case; see "

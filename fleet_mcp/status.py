@@ -12,20 +12,26 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final, Literal
+from urllib.parse import parse_qs
+
+import pydantic
 
 from .coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
-from .drivers import Driver, Live, Slugs, agent_and_app
+from .drivers import Driver, Live, Pending, Slugs, agent_and_app
 from .models import AgentStatus, LastTurn, StatusSource
 
 __all__ = [
-    "NEEDS_INPUT_PREFIX", "READY", "Ready", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
-    "list_status", "live_status", "needs_attention", "turn_status",
+    "READY", "RUNNER_PROMPT_URI", "Ready", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
+    "list_status", "live_status", "needs_attention", "runner_prompt", "turn_status", "waits_for",
 ]
 
 READY: Final = "ready"  # base_status's word for "the driver decides"
 UNREPORTED = ("Coder's answer carried no app statuses (a slimmer workspace answer than the fleet reads), so "
               "busy and idle cannot be told apart from it; show_agent asks the agent itself.")
-NEEDS_INPUT_PREFIX = "Needs input:"  # how the runner reports a pending permission as an app status
+# How the runner marks a pending prompt in an app status (specs/runner.md): the status's `uri`, which only the
+# runner sets. A message, which carries the agent's words, never decides a status.
+RUNNER_PROMPT_URI = "fleet-runner:needs-input?"
+_ASKED_AT: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(datetime)
 # What Claude Code's own summaries say while a prompt waits on the screen (AgentAPI cannot say it otherwise).
 _WAITING = re.compile(r"(?i)permission|approv|confirm|waiting for (your |user )?(input|answer|reply)|question")
 _ACTIVE_BUILD = ("pending", "running", "deleting")
@@ -45,6 +51,7 @@ class Status:
     since: datetime | None = None
     last_turn: LastTurn | None = None  # once a turn has ended
     last_turn_error: str | None = None
+    pending: Pending | None = None  # what a needs_input agent waits on, when known
 
 
 @dataclass(frozen=True)
@@ -125,16 +132,38 @@ def app_statuses(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceApp | None, list
     return app, [s for s in app.statuses if not (build and s.created_at and not s.created_at > build)]
 
 
+def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
+    """The prompt a runner's needs-input status names in its `uri`, or None (any other status)."""
+    if not status.uri.startswith(RUNNER_PROMPT_URI):
+        return None
+    fields = {k: v[0] for k, v in parse_qs(status.uri[len(RUNNER_PROMPT_URI):]).items()}
+    if not fields.get("prompt"):
+        return None
+    asked: datetime | None
+    try:
+        asked = _ASKED_AT.validate_python(fields.get("asked_at") or status.created_at)
+    except pydantic.ValidationError:
+        asked = status.created_at
+    return Pending(tool=fields.get("tool", ""), summary=fields.get("input", ""), since=asked, id=fields["prompt"])
+
+
+def waits_for(pending: Pending) -> str:
+    """The `problem` of a needs_input agent; the input is quoted: it is the agent's, not the fleet's."""
+    asked = f"prompt {pending.id}: " if pending.id else ""
+    return f"Waits for an answer to {asked}permission to use {pending.tool}; the agent's input: {pending.summary!r}"
+
+
 def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
-    """Where the agent's turn stands, from its app statuses (newest first); `idle` when none was reported."""
+    """Where the agent's turn stands, from its app statuses (newest first); `idle` when none was reported.
+    A runner's statuses say needs_input only by the runner's own mark (`runner_prompt`), never by their text."""
     if not statuses:
         return Status("idle", source="app status")
     latest = statuses[0]
     if latest.state != "idle":
         # `complete` and `failure` come just before `idle`, while the agent is still winding down.
         return Status("busy", source="app status", since=latest.created_at)
-    if latest.message.startswith(NEEDS_INPUT_PREFIX):
-        return Status("needs_input", source="app status", since=latest.created_at)
+    if runner and (prompt := runner_prompt(latest)) is not None:
+        return Status("needs_input", waits_for(prompt), "app status", latest.created_at, pending=prompt)
     ended: LastTurn | None = None
     error, worked = None, False
     for older in statuses[1:]:  # walk back to the previous idle
@@ -147,8 +176,9 @@ def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
     if ended is None and worked:
         waiting = not runner and (_WAITING.search(latest.message) or any(
             _WAITING.search(s.message) for s in statuses[1:3] if s.state == "working"))
-        if waiting:
-            return Status("needs_input", source="app status", since=latest.created_at)
+        if waiting:  # what the screen asks is known only live (show_agent): no prompt id here
+            screen = Pending(tool="screen", summary=latest.message, since=latest.created_at)
+            return Status("needs_input", source="app status", since=latest.created_at, pending=screen)
         ended = "interrupted"
     return Status("idle", source="app status", since=latest.created_at, last_turn=ended, last_turn_error=error)
 
@@ -186,12 +216,16 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
     if live.state == "working":
         return Status("busy", source="driver", since=live.since or turn.since)
     if live.state == "needs_input":
-        pending = f"Waits for permission to use {live.pending.tool}: {live.pending.summary}" if live.pending else None
-        return Status("needs_input", pending, "driver", live.pending.since if live.pending else live.since)
+        return Status("needs_input", waits_for(live.pending) if live.pending else None, "driver",
+                      live.pending.since if live.pending else live.since, pending=live.pending)
     if live.state == "error":
         return Status("failed", live.error or "The agent's program reported an error.", "driver", live.since)
-    if turn.value == "needs_input" and not turn.source == "app status" or turn.value == "busy":
-        turn = replace(turn, value="idle")  # the reporter lags behind the driver: the turn is over
+    _, app = agent_and_app(snap.workspace, slugs)
+    runner = app is not None and app.slug == slugs.runner
+    if turn.value == "busy" or (turn.value == "needs_input" and runner):
+        # The reporter lags behind the driver: the turn is over, the prompt answered. (AgentAPI's `stable` cannot
+        # tell a prompt on its screen from a finished turn: there the reports decide.)
+        turn = replace(turn, value="idle", problem=None, pending=None)
     return replace(turn, source="driver", since=live.since or turn.since)
 
 

@@ -33,7 +33,7 @@ from .models import (
 from .polling import within
 from .rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
 from .turns import DIFF_PAGE_MAX, PATH_MAX, Turns
-from .users import services_of
+from .serving.users import services_of
 from .waits import MAX_WAIT_S, Waits
 
 __all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]
@@ -196,6 +196,9 @@ async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_
 
 async def answer_agent(
     agent_name: AgentName,
+    prompt_id: Annotated[str, Field(min_length=1, max_length=100,
+                                    description="The prompt you answer: pending.prompt_id as show_agent, "
+                                                "list_agents, show_agents or wait_for_agents showed it")],
     decision: Annotated[str, Field(pattern=r"^(allow|deny|[0-9]{1,2})$",
                                    description="allow or deny the pending permission; on AgentAPI agents "
                                                "also the number of a choice on the agent's screen")],
@@ -203,9 +206,10 @@ async def answer_agent(
                                                                    "(why, what instead)")] = "",
     turns: Turns = Depends(turns_of),
 ) -> AnswerResult:
-    """Answer what an agent in `needs_input` waits on (a permission to use a tool, or a choice), then report
-    its new status. Refused with `bad_request` when it waits on nothing."""
-    return await turns.answer(agent_name, decision, message)
+    """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
+    then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
+    out, or another one asked since): the error says what waits now. Never lands on another prompt."""
+    return await turns.answer(agent_name, decision, message, prompt_id)
 
 
 async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TurnOutcome:

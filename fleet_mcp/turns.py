@@ -10,11 +10,11 @@ from typing import Any
 
 from .coder import errors as ce
 from .drivers import (
-    Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, TurnResult, Unreachable,
-    same_reach,
+    Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, Pending,
+    StalePrompt, TurnResult, Unreachable, same_reach, screen_prompt,
 )
 from .errors import FleetError, bad_request, conflict, unavailable
-from .fleet import Fleet
+from .fleet import Fleet, prompt, with_screen_prompt
 from .models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, until
 from .reads import prefetch, quietly
@@ -134,30 +134,60 @@ class Turns:
         busy = after is None or after.state in ("working", "needs_input")
         return TaskResult(task=task, agent_status="busy" if busy else "idle", message=message)
 
-    async def answer(self, name: str, decision: str, message: str = "") -> AnswerResult:
+    async def answer(self, name: str, decision: str, message: str = "", prompt_id: str = "") -> AnswerResult:
+        """Answer prompt `prompt_id`, and only it: a prompt answered or gone meanwhile is a `conflict` saying what
+        waits now. A reply lost on the way is resolved by reading whether that prompt was answered."""
         if decision not in ("allow", "deny") and not (decision.isdigit() and len(decision) <= 2):
             raise bad_request("decision must be 'allow', 'deny', or the number of a choice on the agent's screen.",
                               field="decision")
-        snap, _ = await self.fleet.snapshot(name)
-        status = live_status(snap, self.fleet.slugs)
+        if not prompt_id.strip() or len(prompt_id) > 100:
+            raise bad_request("prompt_id must name the prompt you answer, as show_agent, list_agents, show_agents "
+                              "or wait_for_agents show it (pending.prompt_id).", field="prompt_id")
+        snap, messages = await self.fleet.snapshot(name, conversation=True)
         driver = snap.driver
-        if driver is None or status.value != "needs_input":
-            raise bad_request(f"Agent {name!r} is {status.value}: it waits on no answer.", status=status.value)
+        status = with_screen_prompt(live_status(snap, self.fleet.slugs), driver, messages)
+        if driver is None or snap.live is None:
+            raise self.fleet.not_ready(snap, "so it cannot be answered")
         if driver.kind == "runner" and decision.isdigit():
             raise bad_request("This agent runs on the runner: answer 'allow' or 'deny'.", field="decision")
+        if driver.kind != "runner" and (status.pending is None or status.pending.id != prompt_id):
+            raise _stale(name, prompt_id, status.pending if status.value == "needs_input" else None, None)
         try:
-            await driver.answer(decision, message)
+            await driver.answer(decision, message, prompt_id)  # the runner checks the prompt itself, atomically
         except (ce.Unavailable, ce.ServerError) as exc:
-            live, _ = await self.fleet.live(driver)
-            if live is None or live.state == "needs_input":  # still waiting: the answer did not land
-                raise unavailable(f"The answer did not reach agent {name!r} ({exc.message}); it still waits. "
-                                  "Try again.") from None
+            await self._landed_answer(name, driver, decision, prompt_id, exc)
+        except StalePrompt as exc:
+            raise _stale(name, prompt_id, exc.pending, exc.answered) from None
+        except NothingPending:
+            raise _stale(name, prompt_id, None, None) from None
         except DriverError as exc:
             raise refused(name, exc) from None
         live, unreachable = await self.fleet.live(driver)
         after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
-        return AnswerResult(agent_name=name, decision=decision, agent_status=after.value,
-                            message=f"Answered {decision!r}; the agent is {after.value}.")
+        return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id,
+                            agent_status=after.value,
+                            pending=prompt(after.pending) if after.value == "needs_input" else None,
+                            message=f"Answered {decision!r} to prompt {prompt_id}; the agent is {after.value}.")
+
+    async def _landed_answer(self, name: str, driver: Driver, decision: str, prompt_id: str,
+                             lost: ce.CoderError) -> None:
+        """After an answer whose reply was lost: returns if it landed, else says what became of the prompt."""
+        live, _ = await self.fleet.live(driver)
+        if driver.kind != "runner":  # AgentAPI keeps no record: the screen says whether the keys landed
+            shown = screen_prompt(await quietly(driver.conversation()) or [])
+            if live is None or (live.state != "working" and shown is not None and shown.id == prompt_id):
+                raise unavailable(f"The answer did not reach agent {name!r} ({lost.message}); prompt {prompt_id} "
+                                  "still waits. Answer again with the same prompt_id.", prompt_id=prompt_id) from None
+            return  # the screen moved on: the keys landed
+        if live is None or (live.pending is not None and live.pending.id == prompt_id):
+            raise unavailable(f"The answer did not reach agent {name!r} ({lost.message}); prompt {prompt_id} still "
+                              "waits. Answer again with the same prompt_id: it can land on no other prompt.",
+                              prompt_id=prompt_id) from None
+        answered = live.answer_of(prompt_id)
+        if driver.kind == "runner" and answered is not None and answered.by == "fleet" and \
+                answered.decision == decision:
+            return  # it landed; only the reply was lost
+        raise _stale(name, prompt_id, live.pending, answered)
 
     async def result(self, name: str) -> TurnOutcome:
         # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
@@ -272,6 +302,20 @@ def _repository_path(path: str) -> str:
         raise bad_request(f"path {path[:200]!r} must name a file inside the agent's repository, relative to its "
                           "root (e.g. src/app.py).", field="path")
     return norm
+
+
+def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answered | None) -> Exception:
+    """`conflict`: prompt `prompt_id` does not wait (any more); what does, and how it was answered if known."""
+    became = (f"it was answered {answered.decision!r}" + (f" ({answered.by})" if answered.by != "fleet" else "")
+              + (f" at {iso(answered.at)}" if answered.at else "")) if answered else "it is not pending"
+    now = (f"now prompt {pending.id} waits: {pending.tool} {pending.summary!r}" if pending and pending.id else
+           "now a prompt waits whose id is not known" if pending else "nothing waits now")
+    shown = prompt(pending)
+    return conflict(f"Agent {name!r}: prompt {prompt_id} was not answered by this call: {became}; {now}. Nothing "
+                    "was sent to the agent.", prompt_id=prompt_id,
+                    pending=shown.model_dump() if shown else None,
+                    answered=dict(decision=answered.decision, by=answered.by, at=iso(answered.at))
+                    if answered else None)
 
 
 def _queued(count: int) -> str:

@@ -15,7 +15,7 @@ from .budget import Meter
 from .coder.schemas import Workspace, WorkspacesPage
 from .drivers import Driver, Live, Message, Unreachable, same_reach
 from .errors import bad_request, not_found, unavailable
-from .fleet import Fleet, reported_task
+from .fleet import Fleet, prompt, reported_task, with_screen_prompt
 from .models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import prefetch, quietly
 from .rules import FLEET_QUERY, iso, valid_name
@@ -133,7 +133,8 @@ class Waits:
         status = list_status(ws, self.fleet.slugs)
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
                            status_since=iso(status.since), last_turn=status.last_turn,
-                           last_turn_error=status.last_turn_error)
+                           last_turn_error=status.last_turn_error,
+                           pending=prompt(status.pending) if status.value == "needs_input" else None)
 
     @staticmethod
     def _answer(agents: list[WaitedAgent], met: list[str], timed_out: bool, waited: float, until: Sequence[str],
@@ -167,7 +168,7 @@ class Waits:
             return AgentGlance(name=name, error={"error": error.error, "message": error.message,
                                                  "details": error.details})
         task = reported_task(ws, self.fleet.slugs)
-        driver = self.fleet.driver(ws)
+        driver = await self.fleet.keyed_driver(ws)
         self.fleet.remember(ws.name, driver)
         if driver is None:
             status = list_status(ws, self.fleet.slugs)
@@ -182,12 +183,14 @@ class Waits:
         else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
             status = list_status(ws, self.fleet.slugs)
         asked = [m.content for m in messages or [] if m.role == "user"]
+        status = with_screen_prompt(status, driver, messages)
         return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
                            current_task=(asked[-1] if asked and messages is not None else task),
                            problem=status.problem, latest_output=_preview(messages),
                            last_turn=(live.last_turn if live and live.last_turn else status.last_turn),
                            cost_usd=live.last_cost_usd if live else None,
-                           changes_summary=live.changes_summary if live else None)
+                           changes_summary=live.changes_summary if live else None,
+                           pending=prompt(status.pending) if status.value == "needs_input" else None)
 
     async def _details(self, driver: Driver) -> Details:
         """(live state, why the agent could not be reached, conversation) as a glance needs them."""

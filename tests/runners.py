@@ -5,6 +5,7 @@ runner as a real process talking to it, and bounded waits on the runner's `/stat
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import selectors
 import subprocess
@@ -22,28 +23,32 @@ import pytest
 from processes import clean_env
 from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
-from fleet_mcp.emulator.anthropic import messages_app
+from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
 
-__all__ = ["HAS_SDK", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "needs_sdk", "runner_env", "runner_fleet",
-           "runner_process", "scripted_api", "served"]
+__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "needs_sdk", "runner_env",
+           "runner_fleet", "runner_process", "scripted_api", "served"]
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
 WAIT_S = 20.0
+RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as the template does
 
 
 @asynccontextmanager
-async def runner_fleet(conformance, app_mode: str = "path", **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
-    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner; with
-    `app_mode="subdomain"` the emulator refuses path apps, and the fleet reaches the runners' app hosts
-    (which no DNS knows) through FLEET_MCP_CONNECT_TO."""
+async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: str | None = None,
+                       **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
+    """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner (talking to
+    `anthropic_base_url`, else the emulator's own scripted model); with `app_mode="subdomain"` the emulator
+    refuses path apps, and the fleet reaches the runners' app hosts (which no DNS knows) through
+    FLEET_MCP_CONNECT_TO."""
     from fastmcp import Client
 
     from fleet_mcp.emulator import REAL_TIME, Emulator
     from fleet_mcp.server import build_server
 
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner")
+    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner",
+                        anthropic_base_url=anthropic_base_url)
     if app_mode == "subdomain":
         subdomain_apps_only(emulator)
     async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
@@ -101,8 +106,9 @@ class ScriptedAPI:
 
 
 @contextmanager
-def scripted_api() -> Iterator[ScriptedAPI]:
-    with served(messages_app()) as url:
+def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[ScriptedAPI]:
+    """The scripted Messages API on a socket; `script` overrides its markers (see `messages_app`)."""
+    with served(messages_app(script)) as url:
         yield ScriptedAPI(url)
 
 
@@ -110,7 +116,8 @@ def runner_env(home: Path, messages_url: str, **extra: str) -> dict[str, str]:
     """A clean environment in which Claude Code talks only to `messages_url`, with a scratch HOME."""
     env = {k: v for k, v in clean_env().items() if not k.startswith(("FLEET_RUNNER_", "ANTHROPIC_", "CLAUDE"))}
     return {**env, "HOME": str(home), "ANTHROPIC_BASE_URL": messages_url, "ANTHROPIC_API_KEY": "sk-test-offline",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **extra}
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "FLEET_RUNNER_KEY_SHA256": hashlib.sha256(RUNNER_KEY.encode()).hexdigest(), **extra}
 
 
 @dataclass
@@ -121,12 +128,20 @@ class RunningRunner:
     proc: subprocess.Popen
     workdir: Path
     stderr: Path
+    key: str = RUNNER_KEY
 
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url + path, timeout=15)
+    @property
+    def door(self) -> dict[str, str]:
+        """The header that opens the runner's door (what the fleet sends)."""
+        return {"X-Fleet-Runner-Key": self.key}
+
+    def get(self, path: str, **kwargs) -> httpx.Response:
+        kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
+        return httpx.get(self.url + path, timeout=15, **kwargs)
 
     def post(self, path: str, body: dict | None = None, **kwargs) -> httpx.Response:
-        return httpx.post(self.url + path, json=body, timeout=15, **kwargs)
+        kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
+        return httpx.post(self.url + path, json={} if body is None else body, timeout=15, **kwargs)
 
     def state(self) -> dict:
         return self.get("/state").json()

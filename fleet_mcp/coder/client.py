@@ -18,6 +18,7 @@ import sys
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
@@ -39,7 +40,10 @@ from fleet_mcp.coder.schemas import (
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-__all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]
+__all__ = ["APP_HEADERS", "App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]
+
+# Headers a workspace app's own door asks for (the runner's key), added to requests sent while set.
+APP_HEADERS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fleet_mcp_app_headers", default=())
 
 # httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
 # Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
@@ -369,6 +373,7 @@ class CoderClient:
         """One request through the transport; the answer's body is not read yet."""
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
+        headers = [*headers, *APP_HEADERS.get()]
         # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
         url = _url(self._base + path if path.startswith("/") else path)
         request = httpx.Request(method, url, params=params, json=json, headers=headers,
@@ -517,7 +522,7 @@ def collection_paused() -> Iterator[None]:
 
 def _validated(where: str, model: Any, content: bytes) -> Any:
     try:
-        with collection_paused():  # parsing 1,000 real-sized workspaces: ~300 -> ~80 ms
+        with collection_paused():  # 1,000 real-sized workspaces: 160-190 -> 100-130 ms CPU (bench/RESULTS.md)
             return _adapter(model).validate_json(content)
     except pydantic.ValidationError as exc:
         first = exc.errors(include_url=False)[0]

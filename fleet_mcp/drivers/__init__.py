@@ -11,17 +11,17 @@ from dataclasses import dataclass
 
 from ..coder.client import App, CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
-from .agentapi import AgentAPIDriver
+from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
-    Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported, Pending,
-    TurnEnd, TurnResult, Unreachable,
+    Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported,
+    Pending, StalePrompt, TurnEnd, TurnResult, Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
-    "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
-    "NotSupported", "Pending", "Slugs", "TurnEnd", "TurnResult", "Unreachable", "agent_and_app", "driver_app",
-    "driver_for", "same_reach",
+    "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
+    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable",
+    "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
 ]
 
 
@@ -53,11 +53,13 @@ def same_reach(a: Driver | None, b: Driver | None) -> bool:
     return a is not None and b is not None and (a.kind, a.address) == (b.kind, b.address)
 
 
-def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs) -> Driver | None:
-    """The driver for the agent of `ws`, or None when its agent offers neither app."""
+def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None) -> Driver | None:
+    """The driver for the agent of `ws`, or None when its agent offers neither app; `key` is the runner's
+    (its build parameter `fleet_mcp_runner_key`), sent on every call to it."""
     agent, app = agent_and_app(ws, slugs)
     if app is None:
         return None
-    kind = RunnerDriver if app.slug == slugs.runner else AgentAPIDriver
-    return kind(client, App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain,
-                            app.subdomain_name))
+    address = App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain, app.subdomain_name)
+    if app.slug == slugs.runner:
+        return RunnerDriver(client, address, key)
+    return AgentAPIDriver(client, address)

@@ -9,6 +9,7 @@ which is no interrupt on its ACP transport.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,11 +20,12 @@ from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, Text, Timestamp
 from ..polling import until
 from .base import (
-    Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, TurnResult, Unreachable, oversized,
+    Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
+    oversized,
 )
 from .wire import ConversationPage
 
-__all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal"]
+__all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal", "screen_prompt"]
 
 T = TypeVar("T")
 ESC = "\x1b"
@@ -45,6 +47,17 @@ class AgentError(LenientModel):
     level: Text = "error"
     message: Text = ""
     time: Timestamp = None
+
+
+def screen_prompt(messages: list[Message]) -> Pending | None:
+    """AgentAPI numbers no prompts: one is named by a digest of the screen that shows it (AgentAPI's newest
+    agent message), so an answer meant for one screen is refused once another shows. See specs/tools.md."""
+    shown = next((m for m in reversed(messages) if m.role != "user" and m.content.strip()), None)
+    if shown is None:
+        return None
+    lines = [line.strip() for line in shown.content.splitlines() if line.strip()]
+    return Pending(tool="screen", summary=" / ".join(lines[-4:])[-200:], since=shown.time,
+                   id="screen-" + hashlib.sha256(shown.content.encode("utf-8", "replace")).hexdigest()[:16])
 
 
 def is_busy_refusal(exc: ce.CoderError) -> bool:
@@ -126,9 +139,10 @@ class AgentAPIDriver:
             raise NotSupported("This agent speaks AgentAPI's ACP transport, where ESC does not interrupt a task.")
         await self._keys(ESC, "raw")
 
-    async def answer(self, decision: str, message: str = "") -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
         # AgentAPI cannot tell a pending choice from a finished turn; only the reporter's evidence can, so the
-        # fleet checks before it answers. Keys go as typed: "1", "2", "y", "n", or an Enter for "allow".
+        # fleet checks before it answers, `prompt_id` (the screen's digest) included: AgentAPI cannot.
+        # Keys go as typed: "1", "2", "y", "n", or an Enter for "allow".
         keys = {"allow": "\r", "deny": ESC}.get(decision, decision)
         if not keys:
             raise NothingPending("Nothing to answer with.")

@@ -15,8 +15,8 @@ from typing import Any, Literal, Protocol
 from ..coder import errors as ce
 
 __all__ = [
-    "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message", "NothingPending",
-    "NotSupported", "Pending", "TurnEnd", "TurnResult", "Unreachable", "oversized",
+    "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
+    "NothingPending", "NotSupported", "Pending", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable", "oversized",
 ]
 
 LiveState = Literal["starting", "working", "idle", "needs_input", "error"]
@@ -27,11 +27,23 @@ TurnEnd = Literal["succeeded", "failed", "interrupted"]  # how a turn ended
 
 @dataclass(frozen=True)
 class Pending:
-    """What the agent waits on: a tool it asked permission for, or a choice on its screen."""
+    """What the agent waits on: a tool it asked permission for, or a choice on its screen. `id` names it for
+    an answer: the runner's own prompt id, or on AgentAPI a digest of the screen (`agentapi.screen_prompt`)."""
 
     tool: str
     summary: str
     since: datetime | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Answered:
+    """How a prompt was answered: `decision` allow or deny, `by` fleet, timeout, interrupt or turn_ended."""
+
+    id: str
+    decision: str
+    by: str
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,10 @@ class Live:
     last_turn: TurnEnd | None = None  # (runner)
     last_cost_usd: float | None = None
     changes_summary: str | None = None  # "3 files, +120 −8" (runner)
+    answered: tuple[Answered, ...] = ()  # prompts answered lately, newest last (runner)
+
+    def answer_of(self, prompt_id: str) -> Answered | None:
+        return next((a for a in reversed(self.answered) if a.id == prompt_id), None)
 
 
 @dataclass(frozen=True)
@@ -99,6 +115,14 @@ class NothingPending(DriverError):
     """An answer was given but the agent waits on nothing."""
 
 
+class StalePrompt(DriverError):
+    """An answer named a prompt that no longer waits: what waits now, and how that prompt was answered."""
+
+    def __init__(self, message: str, pending: Pending | None, answered: Answered | None) -> None:
+        super().__init__(message)
+        self.pending, self.answered = pending, answered
+
+
 class NotSupported(DriverError):
     """This driver cannot do that (e.g. AgentAPI has no queue, no cost, no result)."""
 
@@ -127,8 +151,9 @@ class Driver(Protocol):
         """Interrupt the running turn (the agent stays)."""
         ...
 
-    async def answer(self, decision: str, message: str = "") -> None:
-        """Answer what the agent waits on; `NothingPending` when it waits on nothing."""
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
+        """Answer what the agent waits on, only if it is `prompt_id` where the program can check it itself
+        (`StalePrompt` when another prompt waits); `NothingPending` when it waits on nothing."""
         ...
 
     async def reported_errors(self, wait: float) -> list[str]:

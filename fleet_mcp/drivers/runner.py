@@ -12,17 +12,18 @@ from urllib.parse import urlencode
 
 from ..coder import errors as ce
 from ..coder.bounded import Limit
-from ..coder.client import App, CoderClient
+from ..coder.client import APP_HEADERS, App, CoderClient
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
-    Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, TurnEnd, TurnResult,
-    Unreachable, oversized,
+    Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
+    TurnEnd, TurnResult, Unreachable, oversized,
 )
 from .wire import ConversationPage
 
 __all__ = ["RunnerDriver"]
 
 T = TypeVar("T")
+KEY_HEADER = "X-Fleet-Runner-Key"  # the runner's door (fleet_mcp/runner/door.py); Coder's app proxy passes it on
 _STATES: dict[str, LiveState] = {"working": "working", "starting": "starting", "idle": "idle",
                                  "needs_input": "needs_input", "error": "error"}
 
@@ -34,6 +35,16 @@ class _Pending(LenientModel):
     since: Timestamp = None
 
 
+class _Answered(LenientModel):
+    id: Text = ""
+    decision: Text = ""
+    by: Text = ""
+    at: Timestamp = None
+
+    def answered(self) -> Answered:
+        return Answered(self.id, self.decision, self.by, self.at)
+
+
 class _State(LenientModel):
     state: str
     since: Timestamp = None
@@ -41,6 +52,7 @@ class _State(LenientModel):
     model: str | None = None
     current_task: str | None = None
     pending: _Pending | None = None
+    answered: ListOf[_Answered] = []
     error: str | None = None
     queued: int = 0
     turns: int = 0
@@ -126,24 +138,30 @@ class RunnerDriver:
 
     kind: DriverKind = "runner"
 
-    def __init__(self, client: CoderClient, app: App) -> None:
+    def __init__(self, client: CoderClient, app: App, key: str | None = None) -> None:
         self.client = client
         self.app = app
         self.slug = app.slug
         self.address = (app.owner, app.workspace, app.agent, app.slug)
+        self._key = key
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
                     limit: Limit = "status") -> Any:
-        return await _reachable(self.slug, lambda: self.client.app_request(method, self.app, rest, model, json=body,
-                                                                           limit=limit), self.address[1])
+        sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
+        try:
+            return await _reachable(self.slug, lambda: self.client.app_request(
+                method, self.app, rest, model, json=body, limit=limit), self.address[1])
+        finally:
+            APP_HEADERS.reset(sent)
 
     async def live(self) -> Live:
         s: _State = await self._call("GET", "state", _State)
-        pending = Pending(s.pending.tool, s.pending.summary, s.pending.since) if s.pending else None
+        p = s.pending
+        pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
         return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,
                     since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
                     cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
-                    changes_summary=s.changes_summary)
+                    changes_summary=s.changes_summary, answered=tuple(a.answered() for a in s.answered))
 
     async def conversation(self) -> list[Message]:
         page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation")
@@ -161,15 +179,19 @@ class RunnerDriver:
 
     async def interrupt(self) -> None:
         try:
-            await self._call("POST", "interrupt")
+            await self._call("POST", "interrupt", None, {})
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
-    async def answer(self, decision: str, message: str = "") -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
         try:
-            await self._call("POST", "answer", None, {"decision": decision, "message": message})
-        except ce.Conflict:
-            raise NothingPending("The agent is not waiting for an answer.") from None
+            await self._call("POST", "answer", None, {"decision": decision, "message": message,
+                                                      "prompt_id": prompt_id or ""})
+        except ce.Conflict as exc:
+            if not prompt_id:
+                raise NothingPending("The agent is not waiting for an answer.") from None
+            now = await self.live()  # the runner refused it atomically; what waits now, and what became of it
+            raise StalePrompt(exc.message, now.pending, now.answer_of(prompt_id)) from None
 
     async def reported_errors(self, wait: float) -> list[str]:
         state: _State = await self._call("GET", "state", _State)
@@ -202,3 +224,9 @@ async def _reachable(slug: str, call: Callable[[], Awaitable[T]], name: str) -> 
         raise Unreachable(f"The workspace has no app {slug!r}: its template lacks the runner app.") from None
     except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:
         raise Unreachable(f"The runner cannot be reached: {exc.message}") from None
+    except ce.Unauthorized as exc:
+        if exc.status != 401:  # Coder's own refusal is a redirect to /login: the caller's token
+            raise
+        raise Unreachable(f"The runner refused the fleet's key ({exc.message}): the agent was created without "
+                          "one (its template lacks fleet_mcp_runner_key) or something else listens on its "
+                          "port.") from None

@@ -12,17 +12,17 @@ from collections.abc import AsyncIterator, Callable
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount
 
-from .agentapi import AgentAPI
-from .anthropic import messages_app
-from .backend import Backend
-from .claude import ClaudeCode
+from .agentapi.claude import ClaudeCode
+from .agentapi.server import AgentAPI
 from .clock import Clock
+from .coder.backend import Backend
+from .coder.lifecycle import Timings
+from .coder.proxy import AppHosts, AppProxy
+from .coder.routes import coder_routes
 from .control import Control, agent_routes, control_routes
 from .faults import FaultMiddleware
-from .lifecycle import Timings
-from .proxy import AppHosts, AppProxy
-from .routes import coder_routes
-from .runtime import Runners
+from .runners.anthropic import messages_app
+from .runners.runtime import Runners
 
 __all__ = ["REAL_TIME", "Emulator", "bind", "running", "serve"]
 

@@ -12,13 +12,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import seed
-from .backend import Backend
-from .claude import ClaudeCode
+from .agentapi.claude import ClaudeCode
+from .agentapi.session import Script
+from .coder import seed
+from .coder.backend import Backend
+from .coder.state import ParameterSpec
 from .faults import Faults, fault_routes
-from .runtime import Runners
-from .session import Script
-from .state import ParameterSpec
+from .runners.runtime import Runners
 
 __all__ = ["Control", "agent_routes", "control_routes"]
 

@@ -46,7 +46,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .routes import token_of
+from .coder.routes import token_of
 
 __all__ = ["ConnectionDropped", "FaultMiddleware", "Faults", "Rule", "fault_routes"]
 

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .changes import PAGE_MAX, DiffRefused
-from .session import Conflict, Conversation
+from .session import Conflict, Conversation, StalePrompt
 from .typed import invalid_schema
 
 __all__ = ["BODY_MAX", "build_app"]
@@ -65,6 +65,7 @@ class AnswerBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     decision: Literal["allow", "deny"]
+    prompt_id: str = Field(min_length=1, max_length=100)  # the prompt answered: never another one
     message: str = Field("", max_length=CONTENT_MAX)
 
 
@@ -136,7 +137,7 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def answer(request: Request) -> JSONResponse:
         body = await _body(request, AnswerBody)
-        c.answer(body.decision == "allow", body.message)
+        c.answer(body.decision == "allow", body.message, body.prompt_id)
         await c.reporter.delivered()
         return JSONResponse({"state": c.state_json()})
 
@@ -163,6 +164,9 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def conflict(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Conflict)
+        if isinstance(exc, StalePrompt):  # what waits now, and what became of the prompt named
+            return JSONResponse({"error": exc.code, "message": str(exc), "pending": exc.pending.json()
+                                 if exc.pending else None, "answered": exc.answered}, status_code=409)
         return _error(409, exc.code, str(exc))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:

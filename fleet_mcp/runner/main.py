@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
+import os
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -12,9 +14,25 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-__all__ = ["add_arguments", "main", "serve"]
+__all__ = ["SCRUBBED", "add_arguments", "guard_process", "main", "serve"]
 
 log = logging.getLogger("fleet_mcp.runner")
+# Read once into the settings, then dropped from the environment Claude Code inherits: Coder's agent token
+# (with it the agent could post app statuses itself) and the key's verifier.
+SCRUBBED = ("CODER_AGENT_TOKEN", "FLEET_RUNNER_KEY_SHA256")
+PR_SET_DUMPABLE = 4
+
+
+def guard_process() -> None:
+    """Drop what Claude Code would inherit (`SCRUBBED`) and, on Linux, make this process non-dumpable, so a
+    process of the same user can read neither its memory nor its /proc files (environ, mem)."""
+    for name in SCRUBBED:
+        os.environ.pop(name, None)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        except (OSError, AttributeError) as exc:  # not fatal: the key is still never in this process's files
+            log.warning("could not make the runner non-dumpable: %s", exc)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"fleet-mcp runner: {exc}", file=sys.stderr)
         return 2
     from .app import build_app
+    from .door import Door
     from .report import Reporter
     from .session import Conversation
     from .store import Store
@@ -91,9 +110,15 @@ def main(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"fleet-mcp runner: {exc}", file=sys.stderr)
         return 2
+    guard_process()
+    if settings.key_sha256 is None:
+        log.warning("no FLEET_RUNNER_KEY_SHA256: every call but /health is refused (the template hands the "
+                    "runner its key's digest)")
+    verifier = settings.key_sha256.get_secret_value() if settings.key_sha256 else None
+    app = Door(build_app(conversation), verifier, settings.host_patterns)
     host, port = sock.getsockname()[:2]
     print(f"FLEET_RUNNER_URL=http://{f'[{host}]' if ':' in host else host}:{port}", flush=True)
     log.info("runner for %s (state %s, session %s)", settings.workdir, settings.state_path,
              conversation.saved.session_id or "new")
-    asyncio.run(serve(build_app(conversation), sock))
+    asyncio.run(serve(app, sock))
     return 0

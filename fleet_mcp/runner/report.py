@@ -9,16 +9,22 @@ import asyncio
 import contextlib
 import logging
 import re
+from urllib.parse import urlencode
 
 import httpx
 
-__all__ = ["PR_LINK", "Reporter", "first_line", "pull_request_url"]
+__all__ = ["NEEDS_INPUT_URI", "PR_LINK", "Reporter", "first_line", "needs_input_uri", "pull_request_url"]
 
 log = logging.getLogger("fleet_mcp.runner")
 PR_LINK = re.compile(r"https?://\S+/(?:pull|pulls|merge_requests|pull-requests)/\d+")
 MESSAGE_MAX = 160  # Coder refuses longer messages
 NEEDS_INPUT = "Needs input: "
+# What the fleet reads a pending prompt from (specs/runner.md): a status's `uri`, which only the runner sets and
+# which agent text never reaches (a turn's `uri` is a pull-request link, always http(s)). The message is for people.
+NEEDS_INPUT_URI = "fleet-runner:needs-input?"
+INPUT_MAX = 200
 FLUSH_S = 2.0
+GONE = (404, 405)  # the route itself is missing: an unknown app slug is a 400
 QUEUE_MAX = 100
 
 
@@ -28,6 +34,12 @@ def first_line(text: str, limit: int = MESSAGE_MAX) -> str:
     if len(line.encode()) <= limit:
         return line
     return line.encode()[:limit - 3].decode(errors="ignore") + "..."
+
+
+def needs_input_uri(prompt_id: str, tool: str, summary: str, asked_at: str) -> str:
+    """The `uri` of a needs-input status: the prompt's id, tool, input and when it was asked."""
+    return NEEDS_INPUT_URI + urlencode({"prompt": prompt_id, "tool": tool, "asked_at": asked_at,
+                                        "input": summary[:INPUT_MAX]})
 
 
 def pull_request_url(text: str) -> str | None:
@@ -46,6 +58,7 @@ class Reporter:
         self._slug = slug
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
         self._failing = False
+        self._gone = False
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -72,8 +85,9 @@ class Reporter:
     def working(self, prompt: str) -> None:
         self._put("working", first_line(prompt) or "Working")
 
-    def needs_input(self, tool: str, summary: str) -> None:
-        self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"))
+    def needs_input(self, prompt_id: str, tool: str, summary: str, asked_at: str) -> None:
+        self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"),
+                  needs_input_uri(prompt_id, tool, summary, asked_at))
 
     def finished(self, text: str, is_error: bool, uri: str | None, more: bool = False,
                  interrupted: bool = False) -> None:
@@ -111,6 +125,16 @@ class Reporter:
             problem = None if response.is_success else f"HTTP {response.status_code}"
         except httpx.HTTPError as exc:
             problem = type(exc).__name__
+        else:
+            if response.status_code in GONE and not self._gone:  # once: every later status fails the same way
+                self._gone = True
+                log.error("Coder no longer serves PATCH /api/v2/workspaceagents/me/app-status (HTTP %s): this "
+                          "agent's app statuses are lost, so fleet lists and waits cannot see its turns. The route "
+                          "is deprecated since Coder v2.31.1; its successor is the Agent API's UpdateAppStatus "
+                          "(the agent socket). See specs/runner.md.", response.status_code)
+            if self._gone:
+                self._failing = True
+                return
         if problem and not self._failing:  # once per outage, so a down Coder does not flood the log
             log.warning("could not report app status %r to Coder: %s", body["state"], problem)
         self._failing = bool(problem)

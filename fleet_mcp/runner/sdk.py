@@ -6,11 +6,13 @@ The SDK is imported inside these functions only, so importing the runner (or the
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from typing import Any
 
 from .settings import RunnerSettings
 
-__all__ = ["SUMMARY_MAX", "decision", "entries", "init_info", "is_result", "options", "summarize"]
+__all__ = ["SUMMARY_MAX", "decision", "entries", "init_info", "is_result", "options", "sandbox", "summarize"]
 
 SUMMARY_MAX = 200
 TOOL_RESULT_MAX = 2000
@@ -27,6 +29,17 @@ def summarize(tool: str, tool_input: dict[str, Any]) -> str:
     return " ".join(text.split())[:SUMMARY_MAX]
 
 
+def sandbox(mode: str) -> dict[str, Any] | None:
+    """Claude Code's Bash sandbox, where the platform has one (macOS; Linux with bubblewrap and socat).
+    Sandboxed commands run in a network namespace of their own, through Claude Code's filtering proxy:
+    the workspace's loopback, and so the runner's port, is out of their reach. None: no sandbox."""
+    linux = sys.platform.startswith("linux") and bool(shutil.which("bwrap")) and bool(shutil.which("socat"))
+    if mode == "off" or (mode == "auto" and not (sys.platform == "darwin" or linux)):
+        return None
+    return {"enabled": True, "allowUnsandboxedCommands": False, "autoAllowBashIfSandboxed": False,
+            "network": {"allowLocalBinding": False, "allowAllUnixSockets": False}}
+
+
 def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any,
             result_schema: dict[str, Any] | None = None) -> Any:
     """ClaudeAgentOptions for the runner's session: Claude Code's own system prompt with the role's appended;
@@ -41,7 +54,8 @@ def options(settings: RunnerSettings, resume: str | None, can_use_tool: Any,
                               permission_mode=settings.permission_mode, can_use_tool=can_use_tool, resume=resume,
                               model=settings.model, max_turns=settings.max_turns,
                               max_budget_usd=settings.max_cost_usd,
-                              output_format={"type": "json_schema", "schema": result_schema} if result_schema else None)
+                              output_format={"type": "json_schema", "schema": result_schema} if result_schema else None,
+                              sandbox=sandbox(settings.sandbox))  # type: ignore[arg-type]
 
 
 def init_info(message: Any) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,11 +35,14 @@ class RunnerSettings(BaseSettings):
     max_cost_usd: float | None = Field(None, gt=0)
     permission_mode: PermissionMode = "acceptEdits"
     permission_timeout_s: float = Field(300.0, gt=0)
+    key_sha256: SecretStr | None = None  # the SHA-256 of the fleet's key (hex): the runner never holds the key
+    allowed_hosts: str = ""  # Host names (fnmatch patterns) besides loopback: Coder's access host, the app's subdomain
+    sandbox: Literal["auto", "on", "off"] = "auto"  # Claude Code's Bash sandbox; auto: on where the platform has it
     coder_agent_url: str | None = Field(None, validation_alias=AliasChoices("CODER_AGENT_URL"))
     coder_agent_token: SecretStr | None = Field(None, validation_alias=AliasChoices("CODER_AGENT_TOKEN"))
 
     @field_validator("model", "max_turns", "max_cost_usd", "state_file", "spec_file", "coder_agent_url",
-                     "coder_agent_token", mode="before")
+                     "coder_agent_token", "key_sha256", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -54,6 +58,17 @@ class RunnerSettings(BaseSettings):
         if not loopback:
             raise ValueError(f"{value!r} is not a loopback address: the runner listens on loopback only")
         return value
+
+    @field_validator("key_sha256")
+    @classmethod
+    def _hex_digest(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value.get_secret_value().strip()):
+            raise ValueError("must be a SHA-256 digest: 64 hex digits")
+        return value
+
+    @property
+    def host_patterns(self) -> list[str]:
+        return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
 
     @property
     def state_path(self) -> Path:

@@ -232,6 +232,19 @@ data "coder_parameter" "result_schema" {
   order        = 9
 }
 
+# The runner's key, made by fleet-mcp's create_agent. The runner is handed only its SHA-256
+# (FLEET_RUNNER_KEY_SHA256), so the key itself is in no file, environment or script of the workspace.
+data "coder_parameter" "runner_key" {
+  name         = "fleet_mcp_runner_key"
+  display_name = "Runner key"
+  description  = "Set only by fleet-mcp's create_agent; the runner refuses every call without it."
+  type         = "string"
+  form_type    = "input"
+  mutable      = true
+  default      = ""
+  order        = 10
+}
+
 # --- roles: a preset per role sets fleet_mcp_role and nothing else ---
 
 data "coder_workspace_preset" "coder" {
@@ -294,6 +307,17 @@ locals {
 
   system_prompt = lookup(local.role_prompts, data.coder_parameter.role.value, local.role_prompts["coder"])
 
+  # The Host names the runner answers besides loopback: Coder's app proxy passes the request's own Host on
+  # (the access URL's host for a path app, the app's own subdomain otherwise). Anything else is refused
+  # (DNS rebinding of a forwarded port).
+  owner_name = lower(data.coder_workspace_owner.me.name)
+  ws_name    = lower(data.coder_workspace.me.name)
+  runner_hosts = join(",", [
+    regex("^[a-zA-Z][a-zA-Z0-9+.-]*://([^/:]+)", data.coder_workspace.me.access_url)[0],
+    "${local.runner_slug}--main--${local.ws_name}--${local.owner_name}.*",
+    "${local.runner_slug}--${local.ws_name}--${local.owner_name}.*",
+  ])
+
   # The runner's environment (specs/runner.md). It is written into the start
   # script base64-encoded rather than set with coder_env: the Coder agent
   # expands `$VAR` in coder_env values, which would corrupt a spec that has one.
@@ -310,6 +334,8 @@ locals {
     FLEET_RUNNER_PORT            = tostring(local.runner_port)
     FLEET_RUNNER_APP_SLUG        = local.runner_slug
     FLEET_RUNNER_PERMISSION_MODE = var.permission_mode
+    FLEET_RUNNER_KEY_SHA256      = data.coder_parameter.runner_key.value != "" ? sha256(data.coder_parameter.runner_key.value) : ""
+    FLEET_RUNNER_ALLOWED_HOSTS   = local.runner_hosts
     FLEET_RUNNER_REQUIREMENT     = local.fleet_mcp_requirement
     FLEET_RUNNER_GIT_AUTH_ID     = var.git_external_auth_id
     DISABLE_AUTOUPDATER          = "1"

@@ -18,7 +18,7 @@ from processes import free_port
 from support import Tools, fleet_settings
 
 from fleet_mcp.coder.apps import App
-from fleet_mcp.connections import raise_fd_limit
+from fleet_mcp.serving.connections import raise_fd_limit
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server

@@ -213,15 +213,17 @@ async def test_show_agents(fleet, project):
 
 @contract
 async def test_answer_agent(fleet, project):
-    """A permission prompt is `needs_input`; allowing it lets the turn finish; then nothing waits."""
+    """A permission prompt is `needs_input` with a prompt id; allowing it lets the turn finish; then an answer
+    to that prompt is a `conflict`."""
     await fleet("create_agent", name="ct-answer", project=project,
                 spec="Run the shell command `touch ct-answer.txt`. [[permission]] [[finish:1]]")
     await fleet.listed("ct-answer", lambda a: a["status"] == "needs_input")
-    answered = await fleet("answer_agent", agent_name="ct-answer", decision="allow")
+    asked = (await fleet("show_agent", agent_name="ct-answer"))["agent"]["pending"]["prompt_id"]
+    answered = await fleet("answer_agent", agent_name="ct-answer", prompt_id=asked, decision="allow")
     assert answered["decision"] == "allow" and answered["agent_status"] in ("busy", "idle")
     await fleet.finished("ct-answer")
-    nothing = await fleet.error("answer_agent", agent_name="ct-answer", decision="allow")
-    assert nothing["error"] == "bad_request"
+    nothing = await fleet.error("answer_agent", agent_name="ct-answer", prompt_id=asked, decision="allow")
+    assert nothing["error"] == "conflict" and nothing["details"]["prompt_id"] == asked
     await fleet("delete_agent", agent_name="ct-answer")
 
 

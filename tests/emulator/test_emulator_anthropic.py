@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from fleet_mcp.emulator.anthropic import Reply, messages_app
+from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 
 TOOLS = [{"name": "Write", "input_schema": {}}, {"name": "Bash", "input_schema": {}}]
 

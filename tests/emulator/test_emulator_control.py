@@ -107,7 +107,7 @@ async def test_a_real_time_emulator_reads_wall_time_after_its_seed_and_every_res
 
 
 def test_role_prompts_read_as_english():
-    from fleet_mcp.emulator.seed import ROLE_PROMPTS
+    from fleet_mcp.emulator.coder.seed import ROLE_PROMPTS
 
     assert ROLE_PROMPTS["manager"].startswith("You are an Engineering Manager.")
     assert ROLE_PROMPTS["operator"].startswith("You are an Operations Engineer.")

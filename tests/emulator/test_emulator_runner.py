@@ -21,6 +21,7 @@ HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
 WAIT_S = 90.0
 RUNNER_PARAMS = ["fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"]
+KEY = "emulator-test-key"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -90,8 +91,9 @@ async def test_real_runners_follow_their_workspaces(conformance):
         assert (await coder.post("/emulator/templates", json={"name": "fleet-runner"})).status_code == 201
         ws = (await create_workspace(coder, "agent-1", template="fleet-runner", params={
             "fleet_mcp_managed": "true", "fleet_mcp_role": "coder",
-            "fleet_mcp_agent_spec": "Write the notes [[edit:notes.txt]]"})).json()
+            "fleet_mcp_agent_spec": "Write the notes [[edit:notes.txt]]", "fleet_mcp_runner_key": KEY})).json()
         app = "/@demo/agent-1.main/apps/fleet"
+        coder.headers["X-Fleet-Runner-Key"] = KEY  # the runner's door: as the fleet calls it
 
         async def finished_turn():
             r = await coder.get(f"{app}/state")
@@ -103,6 +105,8 @@ async def test_real_runners_follow_their_workspaces(conformance):
         assert refused.json()["error"] == "bad_request"
         async with httpx.AsyncClient(base_url=url, timeout=10) as stranger:  # the proxy's checks come first
             assert (await stranger.get(f"{app}/state")).status_code == 303
+        keyless = await coder.get(f"{app}/state", headers={"X-Fleet-Runner-Key": "guess"})  # then the runner's
+        assert keyless.status_code == 401 and keyless.json()["error"] == "unauthorized"
         runner = (await coder.get("/emulator/agents/agent-1/runner")).json()
         disk = Path(runner["directory"])
         assert (disk / "work" / "notes.txt").is_file()  # Claude Code wrote it in the workspace's directory

@@ -26,12 +26,13 @@ from fleet_mcp import cli
 from fleet_mcp.doctor import Report, diagnose, run
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
-from fleet_mcp.preflight import StartupError
+from fleet_mcp.serving.preflight import StartupError
 
 DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
 FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]
 FIVE = [*FOUR, "fleet_mcp_current_task"]
 RUNNER_PARAMS = ["fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"]
+KEY = ["fleet_mcp_runner_key"]  # a runner project's: without it the runner refuses the fleet
 SECRET = "s3cr3t-doctor-t0ken"
 
 
@@ -162,7 +163,7 @@ async def test_the_runner_demo_deployment_is_ready(conformance):
 
 async def test_a_runner_project_without_the_budget_parameters_is_complete_with_a_warning(emulator, conformance,
                                                                                           coder):
-    await add_template(coder, name="bare-runner", parameters=FIVE, apps=["fleet"])
+    await add_template(coder, name="bare-runner", parameters=[*FIVE, *KEY], apps=["fleet"])
     report = await report_of(emulator, conformance)
     bare = project(report, "bare-runner")
     assert (bare.complete, bare.driver) == (True, "runner")
@@ -175,15 +176,23 @@ async def test_a_runner_project_without_the_budget_parameters_is_complete_with_a
     assert lines[i + 1] == f"         ! {bare.warnings[0]}"
 
 
+async def test_a_runner_project_without_the_runner_key_is_incomplete(emulator, conformance, coder):
+    await add_template(coder, name="keyless", parameters=[*FIVE, *RUNNER_PARAMS], apps=["fleet"])
+    check = project(await report_of(emulator, conformance), "keyless")
+    assert (check.complete, check.driver) == (False, "runner")
+    assert len(check.lacks) == 1 and "fleet_mcp_runner_key" in check.lacks[0] and "refuses" in check.lacks[0]
+
+
 async def test_a_runner_project_missing_one_budget_parameter(emulator, conformance, coder):
-    await add_template(coder, name="no-cost", parameters=[*FIVE, *RUNNER_PARAMS[:2]], apps=["fleet"])
+    await add_template(coder, name="no-cost", parameters=[*FIVE, *RUNNER_PARAMS[:2], *KEY], apps=["fleet"])
     check = project(await report_of(emulator, conformance), "no-cost")
     assert check.complete and len(check.warnings) == 1
     assert check.warnings[0].startswith("declares no fleet_mcp_max_cost_usd: create_agent will refuse")
 
 
 async def test_a_complete_runner_template_added_by_hand(emulator, conformance, coder):
-    await add_template(coder, name="full-runner", parameters=[*FIVE, *RUNNER_PARAMS], apps=["fleet", "code-server"])
+    await add_template(coder, name="full-runner", parameters=[*FIVE, *RUNNER_PARAMS, *KEY],
+                       apps=["fleet", "code-server"])
     check = project(await report_of(emulator, conformance), "full-runner")
     assert (check.complete, check.driver, check.app, check.warnings) == (True, "runner", "fleet", [])
 
@@ -196,7 +205,7 @@ async def test_an_agentapi_project_with_the_runner_parameters_is_warned(emulator
 
 
 async def test_both_apps_mean_the_runner_as_the_fleet_picks(emulator, conformance, coder):
-    await add_template(coder, name="both", parameters=[*FIVE, *RUNNER_PARAMS], apps=["ccw", "fleet"])
+    await add_template(coder, name="both", parameters=[*FIVE, *RUNNER_PARAMS, *KEY], apps=["ccw", "fleet"])
     check = project(await report_of(emulator, conformance), "both")
     assert (check.complete, check.driver, check.app) == (True, "runner", "fleet")
 

@@ -24,7 +24,8 @@ from processes import free_port
 from runners import HAS_SDK, needs_sdk
 
 import fleet_mcp
-from fleet_mcp.rules import MAX_COST, MAX_TURNS, MODEL, RESULT_SCHEMA, ROLE, RUNNER_PARAMETERS, SPEC
+from fleet_mcp.rules import MAX_COST, MAX_TURNS, MODEL, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC
+from fleet_mcp.runner.door import verifier_of
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.settings import Settings
 
@@ -104,7 +105,14 @@ def test_the_runner_environment(doc: dict, locals_: dict) -> None:
         "FLEET_RUNNER_PORT": "tostring(local.runner_port)",
         "FLEET_RUNNER_APP_SLUG": "local.runner_slug",
         "FLEET_RUNNER_PERMISSION_MODE": "var.permission_mode",
+        # Only the key's digest: the key itself never enters the workspace (specs/runner.md).
+        "FLEET_RUNNER_KEY_SHA256": f'{parameter_ref(params[RUNNER_KEY])} != "" ? '
+                                   f'sha256({parameter_ref(params[RUNNER_KEY])}) : ""',
+        "FLEET_RUNNER_ALLOWED_HOSTS": "local.runner_hosts",
     }
+    hosts = locals_["runner_hosts"]
+    assert "data.coder_workspace.me.access_url" in hosts  # a path app's Host: Coder's own
+    assert "${local.runner_slug}--main--${local.ws_name}--${local.owner_name}.*" in hosts  # a subdomain app's
     for name in set(env) - SCRIPT_ONLY - {"DISABLE_AUTOUPDATER"}:
         assert name.removeprefix("FLEET_RUNNER_").lower() in RunnerSettings.model_fields, f"{name}: no such setting"
     assert not {"CODER_AGENT_URL", "CODER_AGENT_TOKEN"} & set(env), "Coder gives the agent's processes these"
@@ -154,6 +162,9 @@ def test_claude_credentials_and_git(doc: dict) -> None:
 
 # --- the scripts, run for real -------------------------------------------------------
 
+KEY = "template-test-key"
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> dict[str, str]:
     """The environment the coder_script gives start-runner.sh, in a scratch home, with fleet-mcp preinstalled."""
@@ -166,7 +177,8 @@ def workspace(tmp_path: Path) -> dict[str, str]:
             "FLEET_RUNNER_STATE_FILE": str(home / ".fleet-runner" / "state.json"),
             "FLEET_RUNNER_PORT": str(free_port()), "FLEET_RUNNER_APP_SLUG": "fleet",
             "FLEET_RUNNER_PERMISSION_MODE": "acceptEdits", "FLEET_RUNNER_REQUIREMENT": "",
-            "FLEET_RUNNER_GIT_AUTH_ID": ""}
+            "FLEET_RUNNER_GIT_AUTH_ID": "", "FLEET_RUNNER_KEY_SHA256": verifier_of(KEY),
+            "FLEET_RUNNER_ALLOWED_HOSTS": "coder.example.com,fleet--main--ws--me.*"}
 
 
 def start_runner(env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -200,7 +212,10 @@ def test_start_then_stop_a_real_runner(workspace: dict[str, str]) -> None:
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"fleet-mcp runner is up on 127.0.0.1:{workspace['FLEET_RUNNER_PORT']}" in started.stdout
         assert httpx.get(f"{url}/health").json() == {"status": "ok"}
-        assert httpx.get(f"{url}/state").json()["queued"] == 0
+        assert httpx.get(f"{url}/state", headers={"X-Fleet-Runner-Key": KEY}).json()["queued"] == 0
+        assert httpx.get(f"{url}/state").status_code == 401  # the door: no key, no answer
+        assert httpx.get(f"{url}/state", headers={"X-Fleet-Runner-Key": KEY, "Host": "coder.example.com"}
+                         ).status_code == 200  # what Coder's app proxy forwards
         supervisor = int((state / "runner.pid").read_text())
         assert _alive(supervisor)
         stopped = subprocess.run(["bash", str(HERE / "stop-runner.sh")], env=workspace, capture_output=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_mcp.emulator.project import seed_repository
+from fleet_mcp.emulator.runners.project import seed_repository
 from fleet_mcp.runner import gitrepo
 from fleet_mcp.runner.changes import ChangeLog, DiffRefused
 

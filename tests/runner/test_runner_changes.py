@@ -8,7 +8,7 @@ import pytest
 
 from runners import needs_sdk, runner_process
 
-from fleet_mcp.emulator.project import seed_repository
+from fleet_mcp.emulator.runners.project import seed_repository
 
 pytestmark = [pytest.mark.system, needs_sdk]
 
@@ -27,7 +27,7 @@ def test_an_edit_and_a_commit_are_recorded_as_git_sees_them(tmp_path, api):
         assert runner.post("/message", {"content": "Rewrite calc [[edit:calc.py]] [[commit]]"}).status_code == 202
         asked = runner.wait_for(lambda s: s["state"] == "needs_input", what="the commit's permission")
         assert asked["pending"]["tool"] == "Bash" and "git commit" in asked["pending"]["summary"]
-        assert runner.post("/answer", {"decision": "allow"}).status_code == 200
+        assert runner.post("/answer", {"decision": "allow", "prompt_id": asked["pending"]["id"]}).status_code == 200
         state = runner.wait_turns(1)
         result = runner.get("/result").json()["result"]
         changes = result["changes"]

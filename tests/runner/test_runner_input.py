@@ -24,7 +24,8 @@ BAD = [
     ("POST", "/message", json.dumps({"content": "é" * 40000}).encode(), 400, "bad_request"),
     ("POST", "/message", json.dumps({"content": "hi", "if_busy": "shove"}).encode(), 400, "bad_request"),
     ("POST", "/message", json.dumps({"content": "x" * (2 << 20)}).encode(), 413, "too_large"),
-    ("POST", "/answer", json.dumps({"decision": "allow"}).encode(), 409, "nothing_pending"),
+    ("POST", "/answer", json.dumps({"decision": "allow", "prompt_id": "p-gone"}).encode(), 409, "stale_prompt"),
+    ("POST", "/answer", json.dumps({"decision": "allow"}).encode(), 400, "bad_request"),
     ("POST", "/answer", json.dumps({"decision": "maybe"}).encode(), 400, "bad_request"),
     ("POST", "/answer", json.dumps({"decision": "deny", "why": "x"}).encode(), 400, "bad_request"),
     ("POST", "/interrupt", b"", 409, "not_running"),
@@ -41,7 +42,7 @@ def test_bad_input_to_every_route_gets_a_clear_error_and_changes_nothing(tmp_pat
         before = runner.wait_for(lambda s: s["state"] == "idle")
         for method, path, body, status, code in BAD:
             answer = httpx.request(
-                method, runner.url + path, content=body, headers={"Content-Type": "application/json"}, timeout=15)
+                method, runner.url + path, content=body, headers={"Content-Type": "application/json", **runner.door}, timeout=15)
             assert answer.status_code == status, (method, path, body[:40], answer.text)
             assert answer.json()["error"] == code and answer.json()["message"], answer.text
             assert "Traceback" not in answer.text
@@ -58,6 +59,7 @@ def test_bad_input_to_every_route_gets_a_clear_error_and_changes_nothing(tmp_pat
     (["--permission-timeout-s", "0"], {}, "permission_timeout_s"),
     ([], {"FLEET_RUNNER_PERMISSION_MODE": "yolo"}, "permission_mode"),
     (["--spec-file", "/nonexistent/spec.md"], {}, "spec.md"),
+    ([], {"FLEET_RUNNER_KEY_SHA256": "not-a-digest"}, "key_sha256"),
 ])
 def test_bad_settings_stop_the_runner_with_one_clear_line(tmp_path, args, env, says):
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(tmp_path),

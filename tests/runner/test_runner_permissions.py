@@ -20,20 +20,22 @@ def _asking(runner) -> dict:
 
 def test_a_permission_answered_allow_runs_the_command(tmp_path, api):
     with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC=ASK) as runner:
-        _asking(runner)
-        answered = runner.post("/answer", {"decision": "allow"})
+        asked = _asking(runner)["pending"]["id"]
+        answered = runner.post("/answer", {"decision": "allow", "prompt_id": asked})
         assert answered.status_code == 200 and answered.json()["state"]["state"] == "working"
         assert answered.json()["state"]["pending"] is None
         runner.wait_turns(1)
         assert (runner.workdir / "permitted.txt").read_text() == "permitted\n"
         assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s)."
-        assert runner.post("/answer", {"decision": "allow"}).json()["error"] == "nothing_pending"
+        again = runner.post("/answer", {"decision": "allow", "prompt_id": asked}).json()
+        assert again["error"] == "stale_prompt" and again["answered"]["decision"] == "allow"
 
 
 def test_a_permission_answered_deny_passes_the_message_to_claude(tmp_path, api):
     with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC=ASK) as runner:
-        _asking(runner)
-        assert runner.post("/answer", {"decision": "deny", "message": "Not on this branch"}).status_code == 200
+        asked = _asking(runner)["pending"]["id"]
+        assert runner.post("/answer", {"decision": "deny", "message": "Not on this branch",
+                                       "prompt_id": asked}).status_code == 200
         runner.wait_turns(1)
         assert not (runner.workdir / "permitted.txt").exists()
         assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s). 1 refused."

@@ -17,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
 from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
-from fleet_mcp.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
+from fleet_mcp.serving.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
 from fleet_mcp.server import build_server
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"

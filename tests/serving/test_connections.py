@@ -16,7 +16,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from processes import WAIT_S, clean_env, http_server
 
-from fleet_mcp.connections import REFUSAL, ConnectionGuard, Throttled
+from fleet_mcp.serving.connections import REFUSAL, ConnectionGuard, Throttled
 
 FLOOD = 500  # idle connections; the server's own soft limit starts at 256 and its cap is 100
 
@@ -176,7 +176,7 @@ def test_no_token_or_session_id_in_the_logs(tmp_path, secret_place):
 
 
 def test_log_lines_lose_session_ids_and_secrets_in_any_case():
-    from fleet_mcp.logs import Redact
+    from fleet_mcp.serving.logs import Redact
 
     redact = Redact(["Tok3n-Secret"])
 

@@ -12,9 +12,9 @@ import pytest
 from processes import SERVER, WAIT_S, clean_env, emulator_process, http_server, per_user_server
 from support import TOKEN
 
-from fleet_mcp.front import Health
-from fleet_mcp.http import Drain
-from fleet_mcp.preflight import known_variables, unknown_settings
+from fleet_mcp.serving.front import Health
+from fleet_mcp.serving.http import Drain
+from fleet_mcp.serving.preflight import known_variables, unknown_settings
 
 pytestmark = pytest.mark.system
 

@@ -17,7 +17,7 @@ from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, http_server,
 from pydantic import SecretStr
 from support import fleet_settings
 
-from fleet_mcp.http import Drain, Gate, allowed_hosts, refuse_bind
+from fleet_mcp.serving.http import Drain, Gate, allowed_hosts, refuse_bind
 
 pytestmark = pytest.mark.system
 

@@ -8,7 +8,7 @@ import sys
 
 import httpx
 
-from fleet_mcp import audit, logs
+from fleet_mcp.serving import audit, logs
 from fleet_mcp.coder import errors as coder_errors
 from fleet_mcp.redaction import REDACTED, redact
 

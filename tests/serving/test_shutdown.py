@@ -23,7 +23,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from processes import SERVER, WAIT_S, clean_env, http_server
 
-from fleet_mcp.serving import GRACE_S
+from fleet_mcp.serving.run import GRACE_S
 
 pytestmark = pytest.mark.system
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.system
 AGENT_TOOLS = {  # every tool naming one agent, with arguments that would otherwise be accepted
     "show_agent": {}, "show_agent_task_history": {}, "show_agent_log": {}, "get_agent_result": {},
     "start_agent_task": {"task_description": "steal this", "if_busy": "interrupt"},
-    "cancel_agent_task": {}, "answer_agent": {"decision": "allow"}, "stop_agent": {}, "start_agent": {},
+    "cancel_agent_task": {}, "answer_agent": {"prompt_id": "p-x", "decision": "allow"}, "stop_agent": {}, "start_agent": {},
     "delete_agent": {},
 }
 
@@ -167,7 +167,7 @@ def test_the_readme_quotes_the_nginx_configuration_the_tests_run():
 
 async def _verified(emulator, **settings):
     from fleet_mcp.settings import Settings
-    from fleet_mcp.users import CoderTokens, Users
+    from fleet_mcp.serving.users import CoderTokens, Users
 
     values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
     users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))

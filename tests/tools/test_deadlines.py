@@ -33,7 +33,7 @@ CALLS = [
     ("show_agent_log", {"agent_name": "late"}, deadlines.deadline_of_a_read),
     ("get_agent_result", {"agent_name": "late"}, deadlines.deadline_of_a_read),
     ("start_agent_task", {"agent_name": "late", "task_description": "More"}, deadlines.send),
-    ("answer_agent", {"agent_name": "late", "decision": "allow"}, deadlines.send),
+    ("answer_agent", {"agent_name": "late", "prompt_id": "p-late", "decision": "allow"}, deadlines.send),
     ("cancel_agent_task", {"agent_name": "late"}, deadlines.cancel),
     ("wait_for_agents", {"agent_names": ["late"], "timeout_s": 1}, deadlines.wait),
     ("stop_agent", {"agent_name": "late"}, deadlines.build),

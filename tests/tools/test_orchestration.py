@@ -51,7 +51,7 @@ async def test_wait_times_out_with_each_status(tools, emulator):
     answer = await tools("wait_for_agents", agent_names=["hanger"], until="idle", timeout_s=0.2)
     assert answer["timed_out"] is True and answer["met"] == []
     assert answer["agents"] == [{"name": "hanger", "status": "busy", "met": False, "status_since":
-                                 answer["agents"][0]["status_since"], "last_turn": None, "last_turn_error": None}]
+                                 answer["agents"][0]["status_since"], "last_turn": None, "last_turn_error": None, "pending": None}]
     assert "Timed out" in answer["message"]
 
 
@@ -60,21 +60,25 @@ async def test_wait_ends_on_needs_input_and_the_answer_moves_it_on(tools, emulat
     await coder.post("/emulator/clock", json=PER_POLL)
     answer = await tools("wait_for_agents", agent_names=["asker"], until=["idle", "needs_input"], timeout_s=60)
     assert answer["agents"][0]["status"] == "needs_input" and answer["met"] == ["asker"]
+    assert answer["agents"][0]["pending"]["prompt_id"] is None  # AgentAPI's screen is read live, not listed
     shown = (await tools("show_agent", agent_name="asker"))["agent"]
     assert shown["status"] == "needs_input" and shown["driver"] == "agentapi"
-    answered = await tools("answer_agent", agent_name="asker", decision="allow")
+    asked = shown["pending"]["prompt_id"]
+    assert asked.startswith("screen-") and shown["pending"]["tool"] == "screen"
+    answered = await tools("answer_agent", agent_name="asker", prompt_id=asked, decision="allow")
     assert answered["agent_status"] in ("busy", "idle")
     done = await tools("wait_for_agents", agent_names=["asker"], timeout_s=60)
     assert done["agents"][0]["last_turn"] == "succeeded"
-    refused = await tools.error("answer_agent", agent_name="asker", decision="allow")
-    assert refused["error"] == "bad_request" and "waits on no answer" in refused["message"]
+    refused = await tools.error("answer_agent", agent_name="asker", prompt_id=asked, decision="allow")
+    assert refused["error"] == "conflict" and "nothing waits now" in refused["message"]
 
 
 async def test_a_denied_permission_ends_the_turn_as_failed(tools, emulator, coder):
     await make(tools, emulator, ("denied", "Run the tests [[permission]]"), settle=5)
     await coder.post("/emulator/clock", json=PER_POLL)
     await tools("wait_for_agents", agent_names=["denied"], until="needs_input", timeout_s=60)
-    await tools("answer_agent", agent_name="denied", decision="deny")
+    asked = (await tools("show_agent", agent_name="denied"))["agent"]["pending"]["prompt_id"]
+    await tools("answer_agent", agent_name="denied", prompt_id=asked, decision="deny")
     done = await tools("wait_for_agents", agent_names=["denied"], until=["idle", "failed"], timeout_s=60)
     assert done["agents"][0]["last_turn"] == "failed" and "denied" in done["agents"][0]["last_turn_error"].lower()
     result = await tools("get_agent_result", agent_name="denied")

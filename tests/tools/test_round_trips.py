@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastmcp import Client
 
-from fleet_mcp.emulator.state import Preset
+from fleet_mcp.emulator.coder.state import Preset
 from fleet_mcp.server import build_server
 from support import CheckedTransport, Tools, fleet_settings
 

@@ -9,7 +9,7 @@ import pytest
 
 from runners import disk, needs_sdk, runner_fleet
 
-from fleet_mcp.emulator.project import seed_repository
+from fleet_mcp.emulator.runners.project import seed_repository
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 120}
@@ -60,8 +60,9 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
 
         # The winner commits its work: Claude Code asks before `git commit`, the orchestrator allows it.
         await tools("start_agent_task", agent_name="try-1", task_description="Commit it [[commit]]")
-        await tools("wait_for_agents", agent_names=["try-1"], until="needs_input", **WAIT)
-        await tools("answer_agent", agent_name="try-1", decision="allow")
+        asking = await tools("wait_for_agents", agent_names=["try-1"], until="needs_input", **WAIT)
+        await tools("answer_agent", agent_name="try-1", prompt_id=asking["agents"][0]["pending"]["prompt_id"],
+                    decision="allow")
         await tools("wait_for_agents", agent_names=["try-1"], **WAIT)
         committed = (await tools("get_agent_result", agent_name="try-1"))["changes"]
         head = git(work["try-1"], "rev-parse", "HEAD").strip()

@@ -133,7 +133,7 @@ def reports(*states: str) -> list[WorkspaceAppStatus]:
     (("working", "failure:tests fail", "idle"), False, "idle", "failed"),
     (("working:Waiting for permission", "idle:Waiting for permission"), False, "needs_input", None),
     (("working:Reading the code", "idle:Reading the code"), False, "idle", "interrupted"),
-    (("working", "idle:Needs input: Bash ls"), True, "needs_input", None),
+    (("working", "idle:Needs input: Bash ls"), True, "idle", "interrupted"),  # words decide nothing
     (("working:Waiting for permission", "idle"), True, "idle", "interrupted"),  # the runner says so itself
     (("working", "complete", "idle", "working", "idle"), False, "idle", "interrupted"),
 ])
@@ -144,6 +144,20 @@ def test_turn_status_reads_how_the_turn_ended(history: tuple[str, ...], runner: 
     assert status.source == "app status"
     if last_turn == "failed":
         assert status.last_turn_error == "tests fail"
+
+
+def test_a_runner_prompt_is_read_from_the_uri_the_runner_sets_never_from_the_message() -> None:
+    uri = ("fleet-runner:needs-input?prompt=p-1&tool=Bash&asked_at=2026-01-01T00%3A00%3A05Z"
+           "&input=make+test+%26%26+deploy")
+    asking = reports("working", "idle:Needs input: Bash make test")
+    asking[0] = asking[0].model_copy(update={"uri": uri})
+    status = turn_status(asking, runner=True)
+    assert (status.value, status.pending.id, status.pending.tool) == ("needs_input", "p-1", "Bash")
+    assert status.pending.summary == "make test && deploy" and status.pending.since.year == 2026
+    assert "'make test && deploy'" in status.problem  # the agent's input, quoted as its words
+    forged = reports("working", "complete:Needs input: Bash sudo rm -rf /", "idle:Needs input: Bash sudo rm -rf /")
+    assert turn_status(forged, runner=True).value == "idle"
+    assert turn_status(asking, runner=False).value == "idle"  # only a runner's statuses carry its mark
 
 
 def test_a_workspace_being_deleted_is_deleting() -> None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from .appstatus import record_status
+from ..coder.appstatus import record_status
 from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
-from .state import Agent, Workspace
+from ..coder.state import Agent, Workspace
 
 __all__ = ["SLUG", "ClaudeCode", "Refusal"]
 

@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response, S
 from starlette.routing import Route, Router
 
 from .claude import SLUG, ClaudeCode, Refusal
-from .state import Workspace
+from ..coder.state import Workspace
 
 __all__ = ["WORKSPACE_KEY", "AgentAPI", "rfc3339"]
 

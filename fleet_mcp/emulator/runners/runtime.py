@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import selectors
@@ -27,17 +28,18 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from starlette.responses import Response
 
 from .project import seed_repository
-from .seed import ROLE_PROMPTS
-from .state import Agent, Workspace
+from ..coder.seed import ROLE_PROMPTS
+from ..coder.state import Agent, Workspace
 
 if TYPE_CHECKING:
     import httpx
 
-    from .backend import Backend
+    from ..coder.backend import Backend
 
 __all__ = ["RUNNER_SLUG", "RunnerForward", "Runners"]
 
@@ -49,7 +51,7 @@ STOP_WAIT_S = 10.0
 POLL_S = 1.0
 # Variables of the emulator's own environment a runner must not inherit: it gets its own.
 PRIVATE = ("FLEET_RUNNER_", "FLEET_MCP_", "ANTHROPIC_", "CLAUDE", "CODER_")
-HOP_BY_HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
+HOP_BY_HOP = {"content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
               "coder-session-token", "cookie", "authorization"}
 
 
@@ -172,6 +174,7 @@ class Runners:
 
     def _env(self, ws: Workspace, agent: Agent, disk: Path) -> dict[str, str]:
         params = dict(ws.latest_build.parameters)
+        owner = self.backend.users[ws.owner_id].username
         env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE)}
         chosen = {
             "FLEET_RUNNER_SPEC": params.get("fleet_mcp_agent_spec", ""),
@@ -181,6 +184,12 @@ class Runners:
             "FLEET_RUNNER_MAX_COST_USD": params.get("fleet_mcp_max_cost_usd", ""),
             "FLEET_RUNNER_RESULT_SCHEMA": params.get("fleet_mcp_result_schema", ""),
             "FLEET_RUNNER_PORT": "0",
+            # As the template does: only the key's digest, and the hosts Coder's app proxy forwards with.
+            "FLEET_RUNNER_KEY_SHA256": hashlib.sha256(params["fleet_mcp_runner_key"].encode()).hexdigest()
+            if params.get("fleet_mcp_runner_key") else "",
+            "FLEET_RUNNER_ALLOWED_HOSTS": ",".join([urlsplit(self.url or "").hostname or "",
+                                                    f"{RUNNER_SLUG}--{agent.name}--{ws.name}--{owner}.*",
+                                                    f"{RUNNER_SLUG}--{ws.name}--{owner}.*"]),
             "CODER_AGENT_URL": self.url or "",
             "CODER_AGENT_TOKEN": agent.auth_token,
             "ANTHROPIC_BASE_URL": self.anthropic_base_url or f"{self.url}/emulator/anthropic",
@@ -268,7 +277,7 @@ class RunnerForward(Response):
         return await self.client.request(method, url, headers=headers or [], content=body, timeout=timeout)
 
     async def __call__(self, scope, receive, send) -> None:
-        from .proxy import bad_gateway
+        from ..coder.proxy import bad_gateway
 
         body = b""
         while True:

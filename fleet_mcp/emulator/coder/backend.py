@@ -11,7 +11,7 @@ import uuid
 from collections import Counter, defaultdict, deque
 from datetime import datetime
 
-from .clock import Clock
+from ..clock import Clock
 from .errors import CoderError, invalid_uuid, not_found
 from .lifecycle import Lifecycle, Timings
 from .schedule import Schedule, valid_ttl

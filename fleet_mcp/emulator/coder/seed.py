@@ -41,6 +41,8 @@ def fleet_parameters(runner: bool = False) -> list[ParameterSpec]:
                       validation_regex=r"^([0-9]{1,6}(\.[0-9]{1,4})?)?$", validation_error="USD, e.g. 2.50, or empty"),
         ParameterSpec("fleet_mcp_result_schema", display_name="Result schema", form_type="textarea",
                       description="A JSON Schema the spec's answer must fit; empty: a plain answer."),
+        ParameterSpec("fleet_mcp_runner_key", display_name="Runner key", form_type="input",
+                      description="Set by fleet-mcp's create_agent; the runner is given only its SHA-256."),
     ] if runner else [])
 
 

@@ -26,12 +26,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .agentapi import WORKSPACE_KEY, AgentAPI
+from ..agentapi.server import WORKSPACE_KEY, AgentAPI
 from .backend import Backend
-from .claude import SLUG, ClaudeCode
+from ..agentapi.claude import SLUG, ClaudeCode
 from .errors import CoderError
 from .routes import error_response, token_of
-from .runtime import RUNNER_SLUG, Runners
+from ..runners.runtime import RUNNER_SLUG, Runners
 from .state import Agent, User, Workspace
 
 __all__ = ["AppHosts", "AppProxy", "bad_gateway", "page"]

@@ -19,9 +19,9 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices, ValidationError
 from pydantic_core import ErrorDetails
 
-from .coder import errors as ce
-from .coder import netcause
-from .settings import Settings, env_name
+from ..coder import errors as ce
+from ..coder import netcause
+from ..settings import Settings, env_name
 
 __all__ = ["Checked", "StartupError", "check_coder", "known_variables", "load_settings", "unknown_settings"]
 

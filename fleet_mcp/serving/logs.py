@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 
-from .redaction import redact
+from ..redaction import redact
 
 __all__ = ["Redact", "setup"]
 

@@ -37,7 +37,7 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import SecretStr
 
 from .front import sent_token
-from .redaction import REDACTED, redact
+from ..redaction import REDACTED, redact
 from .users import caller
 
 __all__ = ["MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open", "cut", "line_of"]

@@ -30,7 +30,7 @@ from typing import Any
 
 from fastmcp import FastMCP
 
-from .settings import Settings
+from ..settings import Settings
 
 __all__ = ["GRACE_S", "serve_http", "serve_stdio"]
 

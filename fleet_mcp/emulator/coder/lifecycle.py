@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .clock import Clock
+from ..clock import Clock
 from .state import Agent, App, Build, TemplateVersion, Workspace, new_id
 
 __all__ = ["Lifecycle", "Timings"]

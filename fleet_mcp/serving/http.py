@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .front import MCP_PATH, Health, bearer, where
 from .front import send_json as _send_json
-from .settings import Settings
+from ..settings import Settings
 
 __all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
 

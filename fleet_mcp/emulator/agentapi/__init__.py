@@ -1,0 +1,1 @@
+"""AgentAPI in front of a scripted Claude Code: what the app proxy forwards `ccw` requests to."""

@@ -1,0 +1,1 @@
+"""Serving the tools: stdio and HTTP, who a call acts for, start-up checks, and what keeps the server up and quiet."""
