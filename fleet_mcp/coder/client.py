@@ -9,14 +9,15 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import json as _json
 import random
 import ssl
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
@@ -503,9 +504,26 @@ def _parsed(where: str, response: httpx.Response, content: bytes, model: Any) ->
     return _validated(where, model, content)
 
 
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off for this block, which must not await (blocks nest).
+
+    For code that makes or drops a parsed listing at once: 1,000 real workspaces are ~100,000 objects, no
+    cycles among them, and the collections their allocation sets off walk the whole heap, again and again.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _validated(where: str, model: Any, content: bytes) -> Any:
     try:
-        return _adapter(model).validate_json(content)
+        with collection_paused():  # 1,000 real-sized workspaces: 160-190 -> 100-130 ms CPU (bench/RESULTS.md)
+            return _adapter(model).validate_json(content)
     except pydantic.ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":

@@ -102,8 +102,8 @@ class User(LenientModel):
     email: Text = ""
     name: Text = ""
     status: Text = ""
-    roles: ListOf[UserRole] = []
-    organization_ids: ListOf[str] = []
+    roles: ListOf[UserRole] = Field(default_factory=list)
+    organization_ids: ListOf[str] = Field(default_factory=list)
 
 
 class Organization(LenientModel):
@@ -131,7 +131,7 @@ class AppHost(LenientModel):
 
 
 class RegionsPage(LenientModel):
-    regions: ListOf[Region] = []
+    regions: ListOf[Region] = Field(default_factory=list)
 
 
 # --- templates, versions, parameters, presets -----------------------------------
@@ -197,7 +197,7 @@ class RichParameter(LenientModel):
     required: bool = False
     ephemeral: bool = False
     default_value: Text = ""
-    options: ListOf[ParameterOption] = []
+    options: ListOf[ParameterOption] = Field(default_factory=list)
     validation_regex: Text = ""
     validation_min: int | None = None
     validation_max: int | None = None
@@ -224,7 +224,7 @@ class Preset(LenientModel):
         ),
     )
     parameters: ListOf[PresetParameter] = Field(
-        [], validation_alias=AliasChoices("Parameters", "parameters")
+        default_factory=list, validation_alias=AliasChoices("Parameters", "parameters")
     )
 
 
@@ -259,7 +259,7 @@ class WorkspaceApp(LenientModel):
     subdomain_name: Text = ""
     health: Text = ""
     sharing_level: Text = ""
-    statuses: ListOf[WorkspaceAppStatus] = []
+    statuses: ListOf[WorkspaceAppStatus] = Field(default_factory=list)
 
     @field_validator("statuses")
     @classmethod
@@ -279,7 +279,7 @@ class WorkspaceAgent(LenientModel):
     status: Text = ""
     lifecycle_state: Text = ""
     health: AgentHealth = AgentHealth()
-    apps: ListOf[WorkspaceApp] = []
+    apps: ListOf[WorkspaceApp] = Field(default_factory=list)
     version: Text = ""
     ready_at: Timestamp = None
     last_connected_at: Timestamp = None
@@ -290,7 +290,7 @@ class WorkspaceResource(LenientModel):
     id: Text = ""
     name: Text = ""
     type: Text = ""
-    agents: ListOf[WorkspaceAgent] = []
+    agents: ListOf[WorkspaceAgent] = Field(default_factory=list)
 
 
 class WorkspaceBuild(LenientModel):
@@ -306,7 +306,7 @@ class WorkspaceBuild(LenientModel):
     reason: Text = ""
     initiator_name: Text = ""
     job: ProvisionerJob = ProvisionerJob()
-    resources: ListOf[WorkspaceResource] = []
+    resources: ListOf[WorkspaceResource] = Field(default_factory=list)
     created_at: Timestamp = None
     updated_at: Timestamp = None
 
@@ -318,7 +318,7 @@ class WorkspaceBuild(LenientModel):
 
 class WorkspaceHealth(LenientModel):
     healthy: bool = False
-    failing_agents: ListOf[str] = []
+    failing_agents: ListOf[str] = Field(default_factory=list)
 
 
 class Workspace(LenientModel):
@@ -353,7 +353,7 @@ class Workspace(LenientModel):
 class WorkspacesPage(LenientModel):
     """One page of `GET /api/v2/workspaces`; `count` is the total matching, not the page size."""
 
-    workspaces: ListOf[Workspace] = []
+    workspaces: ListOf[Workspace] = Field(default_factory=list)
     count: int = 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .builds import Builds
 from ..coder import errors as ce
-from ..coder.client import CoderClient
+from ..coder.client import CoderClient, collection_paused
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
     Driver, DriverError, Live, Message, Pending, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
@@ -173,8 +173,14 @@ class Fleet:
 
     async def list_agents(self, status: str | None = None, project: str | None = None) -> AgentList:
         page = await self.client.workspaces(FLEET_QUERY)
+        with collection_paused():  # the listing is read and dropped before a collection can walk it
+            agents = self._summaries(page.workspaces, status, project)
+            del page
+        return AgentList(agents=agents, total_count=len(agents))
+
+    def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
         agents = []
-        for ws in page.workspaces:
+        for ws in listed:
             task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
             summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
                                    current_task=task[:LIST_TASK_CHARS] if task else None,
@@ -184,7 +190,7 @@ class Fleet:
             if project and project.lower() not in (ws.template_name.lower(), ws.template_display_name.lower()):
                 continue
             agents.append(summary)
-        return AgentList(agents=agents, total_count=len(agents))
+        return agents
 
     async def show(self, name: str) -> ShownAgent:
         """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline

@@ -11,7 +11,7 @@ from typing import Any
 from ..coder import errors as ce
 from ..drivers import (
     Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, Pending,
-    StalePrompt, TurnResult, Unreachable, same_reach,
+    StalePrompt, TurnResult, Unreachable, same_reach, screen_prompt,
 )
 from ..errors import FleetError, bad_request, conflict, unavailable
 from .agents import Fleet, prompt, with_screen_prompt
@@ -173,6 +173,12 @@ class Turns:
                              lost: ce.CoderError) -> None:
         """After an answer whose reply was lost: returns if it landed, else says what became of the prompt."""
         live, _ = await self.fleet.live(driver)
+        if driver.kind != "runner":  # AgentAPI keeps no record: the screen says whether the keys landed
+            shown = screen_prompt(await quietly(driver.conversation()) or [])
+            if live is None or (live.state != "working" and shown is not None and shown.id == prompt_id):
+                raise unavailable(f"The answer did not reach agent {name!r} ({lost.message}); prompt {prompt_id} "
+                                  "still waits. Answer again with the same prompt_id.", prompt_id=prompt_id) from None
+            return  # the screen moved on: the keys landed
         if live is None or (live.pending is not None and live.pending.id == prompt_id):
             raise unavailable(f"The answer did not reach agent {name!r} ({lost.message}); prompt {prompt_id} still "
                               "waits. Answer again with the same prompt_id: it can land on no other prompt.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import httpx
@@ -74,6 +75,22 @@ async def test_reads_retry_a_truncated_or_garbage_body(client, coder):
     await fault(coder, "GET /api/v2/regions", "truncate", count=1)
     assert len(await client.templates()) == 3
     assert (await client.regions())[0].name == "primary"
+
+
+async def test_parsing_leaves_the_collector_as_it_found_it(client, coder):
+    """Answers are parsed with the garbage collector paused; a failed parse must not leave it off, and a caller
+    who turned it off must not find it back on."""
+    assert gc.isenabled()
+    await fault(coder, "GET /api/v2/templates", "garbage", count=1)  # unreadable JSON, then read again
+    assert len(await client.templates()) == 3
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert (await client.workspaces("owner:me")).count == 2
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert (await hits(coder, "GET /api/v2/templates")) == 1  # the garbage never reached the backend
 
 
 async def test_writes_are_never_retried(client, coder):

@@ -109,3 +109,17 @@ def test_the_runner_drops_what_claude_code_would_inherit_and_is_not_dumpable():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
                           check=True)
     assert done.stdout.split() == ["0", "False", "False"]
+
+
+def test_claude_codes_bash_sandbox_is_asked_for_where_the_platform_has_one(monkeypatch):
+    from fleet_mcp.runner import sdk
+
+    assert sdk.sandbox("off") is None
+    on = sdk.sandbox("on")
+    assert on is not None and on["enabled"] and not on["allowUnsandboxedCommands"]  # no way around it
+    assert on["network"]["allowLocalBinding"] is False
+    monkeypatch.setattr(sdk.shutil, "which", lambda name: None)  # Linux without bubblewrap: no sandbox to ask for
+    monkeypatch.setattr(sdk.sys, "platform", "linux")
+    assert sdk.sandbox("auto") is None
+    monkeypatch.setattr(sdk.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert sdk.sandbox("auto") == on

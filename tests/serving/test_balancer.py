@@ -114,7 +114,11 @@ async def kill_in_flight(base: str, tool: str, hold: HoldAnswer, replicas: list)
     """Call `tool` through nginx; once its write is done and held, SIGKILL the replica that made it. What the
     caller got, and which replica was killed."""
     async with http_tools(base + "/mcp", TOKEN) as client:
-        call = asyncio.create_task(Tools(client)(tool, **WRITES[tool][0]))
+        arguments = dict(WRITES[tool][0])
+        if tool == "answer_agent":  # the prompt it answers, read as an orchestrator reads it (no write: not held)
+            shown = await Tools(client)("show_agent", agent_name=arguments["agent_name"])
+            arguments["prompt_id"] = shown["agent"]["pending"]["prompt_id"]
+        call = asyncio.create_task(Tools(client)(tool, **arguments))
         port = await asyncio.to_thread(hold.held.get, True, 30)
         pid = pid_with_port(port, [r.proc.pid for r in replicas])
         assert pid is not None, f"no replica holds port {port}"

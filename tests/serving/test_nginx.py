@@ -1,7 +1,9 @@
 """Two per-user replicas behind nginx (deploy/nginx.conf, round-robin, no affinity), two Coder users at once.
 
 Each user sees only their own fleet, calls spread over both replicas, and when one replica is stopped
-(SIGTERM) mid-load the clients carry on through the other: no error, no lost or doubled create.
+(SIGTERM) mid-load the clients carry on through the other: no doubled create, and no error but the answer
+a call cut by the stop gets (nginx never sends a POST twice: "went away", or the replica's own 503), after
+which a create is there at most once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ USERS = {"demo": (TOKEN, "alice-agent"), "alice": (ALICE_TOKEN, None)}  # token,
 CLIENTS_PER_USER = 4
 ROUNDS = 8  # each round: 5 calls
 STOP_AFTER = 0.4  # of all calls: then one replica gets SIGTERM
+# What a call cut by the stop answers: deploy/nginx.conf's JSON-RPC error, or the draining replica's 503.
+CUT = ("replica serving this call went away", "Server returned an error response")
 
 
 class Load:
@@ -33,6 +37,7 @@ class Load:
         self.errors: list[str] = []
         self.calls = Counter[str]()
         self.created: dict[str, list[str]] = {user: [] for user in USERS}
+        self.cut: list[tuple[str, str, dict]] = []  # calls the stop cut short: (user, tool, arguments)
         self.total = total
         self.halfway = asyncio.Event()
 
@@ -46,7 +51,9 @@ class Load:
         self.calls[user] += 1
         if sum(self.calls.values()) >= STOP_AFTER * self.total:
             self.halfway.set()
-        if answer.get("error") != expect:
+        if answer.get("error") == "exception" and any(words in answer["message"] for words in CUT):
+            self.cut.append((user, tool, arguments))
+        elif answer.get("error") != expect:
             self.errors.append(f"{user} {tool} {arguments}: expected {expect or 'success'}, got {str(answer)[:300]}")
         return answer
 
@@ -96,8 +103,10 @@ def test_two_replicas_behind_nginx_two_users_one_replica_stopped(tmp_path, capsy
                 async with http_tools(base + "/mcp", token) as client:
                     listed = await Tools(client)("list_agents")
                 names = Counter(a["name"] for a in listed["agents"])
-                assert all(names[name] == 1 for name in load.created[user]), (user, names)
-                assert set(names) == mine[user] | set(load.created[user]), (user, sorted(names))
+                cut = {args["name"] for who, tool, args in load.cut if who == user and tool == "create_agent"}
+                assert all(names[name] == 1 for name in set(load.created[user]) - cut), (user, names)
+                assert all(names[name] <= 1 for name in cut), (user, names)
+                assert set(names) - cut == mine[user] | (set(load.created[user]) - cut), (user, sorted(names))
 
         asyncio.run(run())
 
@@ -107,17 +116,23 @@ def test_two_replicas_behind_nginx_two_users_one_replica_stopped(tmp_path, capsy
     p50, p99 = statistics.median(latencies), latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
     with capsys.disabled():
         print(f"\nnginx: {len(latencies)} calls, per replica {({k: len(v) for k, v in per_replica.items()})}, "
-              f"per user {dict(per_user)}, errors {len(load.errors)}, "
+              f"per user {dict(per_user)}, errors {len(load.errors)}, cut by the stop {len(load.cut)}, "
               f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; "
               f"replica a stopped (exit {exit_codes}) after {STOP_AFTER:.0%} of the calls")
     assert load.errors == [], load.errors[:10]
+    # Only calls in flight at the stop are cut: a handful at most, out of 320.
+    assert len(load.cut) <= 2 * len(USERS) * CLIENTS_PER_USER, load.cut
     assert exit_codes == [0]
     assert len(latencies) == load.total
-    # The final list_agents calls count too (2): every call was served and audited once.
-    assert sum(len(v) for v in per_replica.values()) == load.total + len(USERS)
+    # The final list_agents calls count too (2): every call was served and audited once, but a cut one
+    # may or may not have reached a tool.
+    audited = sum(len(v) for v in per_replica.values())
+    assert load.total + len(USERS) - len(load.cut) <= audited <= load.total + len(USERS)
     for name, lines in per_replica.items():
         assert {line["user"] for line in lines} == set(USERS), (name, Counter(line["user"] for line in lines))
-    assert per_user == {user: load.total // len(USERS) + 1 for user in USERS}
+    for user in USERS:
+        cut = sum(who == user for who, _, _ in load.cut)
+        assert load.total // len(USERS) + 1 - cut <= per_user[user] <= load.total // len(USERS) + 1
 
 
 def test_through_nginx_healthz_answers_and_a_spoofed_client_address_does_not_escape_the_limit(tmp_path, capsys):

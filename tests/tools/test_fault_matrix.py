@@ -72,7 +72,7 @@ TOOLS: dict[str, dict] = {
     "list_agent_projects": {},
     "stop_agent": {"agent_name": "idler"},
     "start_agent": {"agent_name": "idler"},  # running: answered as it is, unless a fault stopped it
-    "answer_agent": {"agent_name": "idler", "decision": "allow"},  # idle: it waits on no answer
+    "answer_agent": {"agent_name": "idler", "prompt_id": "p-x", "decision": "allow"},  # idle: it waits on no answer
     "get_agent_result": {"agent_name": "idler"},
     "wait_for_agents": {"agent_names": ["idler"], "timeout_s": 0},
     "show_agents": {"agent_names": ["idler", "runner"]},
@@ -84,8 +84,10 @@ READ_ONLY = {"list_agents", "show_agent", "show_agent_task_history", "show_agent
 WRITING = {"create_agent", "delete_agent", "start_agent_task", "cancel_agent_task", "stop_agent"}
 
 # Outcomes: "ok" (a valid answer); for show_agent the agent's status ("busy", "offline", "stopped");
-# or the envelope's error: bad = bad_request, nf = not_found, unav = unavailable, unauth = unauthorized.
-ERRORS = {"bad": "bad_request", "nf": "not_found", "unav": "unavailable", "unauth": "unauthorized"}
+# or the envelope's error: bad = bad_request, nf = not_found, unav = unavailable, unauth = unauthorized,
+# conf = conflict (answer_agent to an idle agent: the prompt it names is not pending).
+ERRORS = {"bad": "bad_request", "nf": "not_found", "unav": "unavailable", "unauth": "unauthorized",
+          "conf": "conflict"}
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ API, PROXY, API_ANY, PROXY_ANY, WRITES = "GET /api/*", "GET /@*", "* /api/*", "*
 #       create  list  show    history log    delete start-task cancel roles projects
 #       stop    start answer  result  wait   glance diff
 ALL_OK = ("ok", "ok", "busy", "ok", "ok", "ok", "ok", "ok", "ok", "ok",
-          "ok", "ok", "bad", "ok", "ok", "ok", "bad")
+          "ok", "ok", "conf", "ok", "ok", "ok", "bad")
 ALL_UNAV = ("unav",) * 17
 ALL_UNAUTH = ("unauth",) * 17
 OFFLINE = ("ok", "ok", "offline", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
@@ -121,9 +123,9 @@ OFFLINE = ("ok", "ok", "offline", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
 PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok",  # a glance fails as show does
               "ok", "unav", "unav", "unav", "ok", "unav", "bad")
 WRITE_FAILS = ("unav", "ok", "busy", "ok", "ok", "unav", "unav", "unav", "ok", "ok",
-               "unav", "ok", "bad", "ok", "ok", "ok", "bad")
+               "unav", "ok", "conf", "ok", "ok", "ok", "bad")
 WRITE_502 = ("unav", "ok", "busy", "ok", "ok", "unav", "bad", "bad", "ok", "ok",  # 502 on the proxy: offline
-             "unav", "ok", "bad", "ok", "ok", "ok", "bad")
+             "unav", "ok", "conf", "ok", "ok", "ok", "bad")
 # The write happened and its answer was lost: every tool looks, finds it done and says so (issue 17).
 WRITE_LANDED = ALL_OK
 

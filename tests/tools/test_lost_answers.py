@@ -99,3 +99,28 @@ async def test_a_refused_create_says_nothing_was_created_only_when_coder_says_so
     refused = await tools.error("create_agent", name="never", project="fleet-demo", spec="Go")
     assert refused["error"] == "unavailable" and "nothing was created" in refused["message"]
     assert (await coder.get("/api/v2/users/me/workspace/never")).status_code == 404
+
+
+async def test_an_answer_that_never_arrived_is_asked_again_only_for_its_own_prompt(tools, emulator, coder):
+    await make(tools, emulator, "asker", "Run the tests [[permission]] [[finish:2]]")
+    shown = (await tools("show_agent", agent_name="asker"))["agent"]
+    assert shown["status"] == "needs_input"
+    asked = shown["pending"]["prompt_id"]
+    await fault(coder, "POST /@*", REFUSED)
+    refused = await tools.error("answer_agent", agent_name="asker", prompt_id=asked, decision="allow")
+    assert refused["error"] == "unavailable" and f"prompt {asked} still waits" in refused["message"]
+    assert (await tools("show_agent", agent_name="asker"))["agent"]["pending"]["prompt_id"] == asked
+    again = await tools("answer_agent", agent_name="asker", prompt_id=asked, decision="allow")  # the retry asked for
+    assert again["prompt_id"] == asked and again["agent_status"] in ("busy", "idle")
+    twice = await tools.error("answer_agent", agent_name="asker", prompt_id=asked, decision="allow")
+    assert twice["error"] == "conflict"  # a second retry, or a second orchestrator: never lands again
+
+
+async def test_an_answer_whose_reply_is_lost_is_read_back_as_landed(tools, emulator, coder):
+    await make(tools, emulator, "asker", "Run the tests [[permission]] [[finish:2]]")
+    asked = (await tools("show_agent", agent_name="asker"))["agent"]["pending"]["prompt_id"]
+    await fault(coder, "POST /@*", LOST)
+    answered = await tools("answer_agent", agent_name="asker", prompt_id=asked, decision="allow")
+    assert answered["prompt_id"] == asked and answered["agent_status"] in ("busy", "idle")  # no "try again"
+    fired = (await coder.get("/emulator/faults")).json()["faults"]
+    assert [f["fired"] for f in fired] == [1]
