@@ -14,14 +14,14 @@ would otherwise hand those bytes to the next request as its answer.
 
 from __future__ import annotations
 
-import codecs
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent
 
-__all__ = ["ERROR_BODY", "LIMITS", "STEP", "Limit", "TooLarge", "Undecodable", "lines", "read"]
+__all__ = ["ERROR_BODY", "LIMITS", "STEP", "Limit", "TooLarge", "Undecodable", "events", "read"]
 
 MiB = 1 << 20
 Limit = Literal["status", "record", "conversation", "listing", "events"]
@@ -119,17 +119,24 @@ async def read(response: httpx.Response, cap: int, *, truncate: bool = False) ->
     return b"".join(parts)[:cap]
 
 
-async def lines(response: httpx.Response, cap: int) -> AsyncIterator[str]:
-    """The body's lines (UTF-8, endings stripped) as they arrive; `TooLarge` once `cap` bytes have come."""
-    text = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    pending = ""
-    async for piece in _decoded(response, cap):
-        pending += text.decode(piece)
-        *complete, pending = pending.split("\n")
-        for line in complete:
-            yield line.removesuffix("\r")
-    if pending := pending + text.decode(b"", final=True):
-        yield pending.removesuffix("\r")
+async def events(response: httpx.Response, cap: int) -> AsyncIterator[ServerSentEvent]:
+    """The body's server-sent events as they arrive, read by httpx-sse from the bounded, inflated bytes;
+    `TooLarge` once `cap` bytes have come."""
+    inflated = httpx.Response(response.status_code, headers=[("content-type", "text/event-stream")],
+                              stream=_Chunks(_decoded(response, cap)))
+    async for event in EventSource(inflated).aiter_sse():
+        yield event
+
+
+class _Chunks(httpx.AsyncByteStream):
+    """Bytes already inflated and counted, as the body of a response httpx-sse reads."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._chunks:
+            yield chunk
 
 
 def _drop_if_desynchronised(response: httpx.Response) -> None:

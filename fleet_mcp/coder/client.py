@@ -23,6 +23,7 @@ from functools import lru_cache, cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 import httpx
+from httpx_sse import ServerSentEvent
 import pydantic
 
 from fleet_mcp.coder import bounded, netcause
@@ -289,9 +290,10 @@ class CoderClient:
             return await self._request(method, again, model, json=json, limit=limit)
 
     @asynccontextmanager
-    async def app_lines(self, app: App, rest: str, limit: Limit = "events") -> AsyncIterator[AsyncIterator[str]]:
-        """The lines of a streamed GET of a workspace app (server-sent events), as they come; failures raise as
-        for other calls, and `Oversized` once more than `bounded.LIMITS[limit]` bytes came. The caller bounds
+    async def app_events(self, app: App, rest: str,
+                         limit: Limit = "events") -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+        """The server-sent events of a streamed GET of a workspace app, as they come; failures raise as for
+        other calls, and `Oversized` once more than `bounded.LIMITS[limit]` bytes came. The caller bounds
         the time."""
         url = await self.app_url(app, rest)
         try:
@@ -301,7 +303,7 @@ class CoderClient:
                 raise
             url, response = again, await self._open_stream(again)
         try:
-            yield self._bounded_lines(response, f"GET {url}", bounded.LIMITS[limit])
+            yield self._bounded_events(response, f"GET {url}", bounded.LIMITS[limit])
         finally:
             await response.aclose()
 
@@ -359,10 +361,11 @@ class CoderClient:
         again = await self.app_url(app, rest)
         return again if again != tried else None
 
-    async def _bounded_lines(self, response: httpx.Response, where: str, cap: int) -> AsyncIterator[str]:
+    async def _bounded_events(self, response: httpx.Response, where: str,
+                              cap: int) -> AsyncIterator[ServerSentEvent]:
         try:
-            async for line in bounded.lines(response, cap):
-                yield line
+            async for event in bounded.events(response, cap):
+                yield event
         except (bounded.TooLarge, bounded.Undecodable) as exc:
             raise _oversized(where, exc) from None
         except httpx.HTTPError as exc:

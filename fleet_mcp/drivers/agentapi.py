@@ -160,16 +160,14 @@ class AgentAPIDriver:
         errors: list[str] = []
 
         async def read() -> None:
-            async with self.client.app_lines(self.app, "events") as lines:
-                event, replayed_status = "", False
-                async for line in lines:
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                        if replayed_status and event != "agent_error":
-                            return
-                        replayed_status = replayed_status or event == "status_change"
-                    elif line.startswith("data:") and event == "agent_error":
-                        errors.append(AgentError.model_validate_json(line[5:].strip()).message)
+            async with self.client.app_events(self.app, "events") as events:
+                replayed_status = False
+                async for event in events:
+                    if replayed_status and event.event != "agent_error":
+                        return
+                    replayed_status = replayed_status or event.event == "status_change"
+                    if event.event == "agent_error":
+                        errors.append(AgentError.model_validate_json(event.data).message)
 
         try:
             await asyncio.wait_for(read(), wait)

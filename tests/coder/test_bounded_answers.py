@@ -160,7 +160,24 @@ async def test_an_event_stream_is_read_up_to_its_cap():
     seen = 0
     async with fleet_settings(retry_budget_s=0).coder_client(httpx.ASGITransport(app=chatty)) as coder:
         with pytest.raises(ce.Oversized, match="over 1 MiB"):
-            async with coder.app_lines(App("demo", "a1", "main", "ccw"), "events") as lines:
-                async for text in lines:
-                    seen += len(text) + 1
+            async with coder.app_events(App("demo", "a1", "main", "ccw"), "events") as events:
+                async for event in events:
+                    seen += len(line)
+                    assert event.data == "x" * 1000
     assert 0.9 * 2**20 < seen <= 2**20
+
+
+async def test_an_event_whose_data_spans_lines_is_read_whole():
+    """SSE joins `data:` lines with a newline (httpx-sse reads the stream): a JSON error split over two lines,
+    CRLF endings and a comment are one event, as a browser's EventSource would see it."""
+    body = (b": replayed\r\nevent: status_change\r\ndata: {\"status\": \"stable\"}\r\n\r\n"
+            b"event: agent_error\ndata: {\"level\": \"error\",\ndata: \"message\": \"boom\"}\n\n")
+
+    async def replaying(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async with fleet_settings(retry_budget_s=0).coder_client(httpx.ASGITransport(app=replaying)) as coder:
+        async with coder.app_events(App("demo", "a1", "main", "ccw"), "events") as events:
+            read = [(event.event, event.json()) async for event in events]
+    assert read == [("status_change", {"status": "stable"}), ("agent_error", {"level": "error", "message": "boom"})]
