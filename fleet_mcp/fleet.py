@@ -21,6 +21,7 @@ from .drivers import (
     Driver, DriverError, Live, Message, Pending, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
     screen_prompt,
 )
+from .drivers.keys import key_of
 from .errors import FleetError, bad_request, not_found
 from .models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
@@ -54,6 +55,8 @@ class Fleet:
         self.builds = Builds(client, settings)
         self._params: dict[str, dict[str, str]] = {}
         self._ready: dict[str, Driver] = {}  # by lower-case name: how each agent last seen ready is reached
+        # What runner keys are derived from (drivers/keys.py); never logged, redacted where the server writes.
+        self.runner_secret = settings.runner_secret.get_secret_value() if settings.runner_secret else None
 
     # --- projects and roles -------------------------------------------------------
 
@@ -100,7 +103,8 @@ class Fleet:
         return self._driver_of(ws) if isinstance(base_status(ws, self.slugs), Ready) else None
 
     def _driver_of(self, ws: Workspace) -> Driver | None:
-        return driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
+        key, locked = key_of(self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY), self.runner_secret)
+        return driver_for(self.client, ws, self.slugs, key=key, locked=locked)
 
     def _runner_unkeyed(self, ws: Workspace) -> bool:
         _, app = agent_and_app(ws, self.slugs)

@@ -144,6 +144,15 @@ class Settings(BaseSettings):
             "anything but loopback; never logged"
         ),
     )
+    runner_secret: SecretStr | None = Field(
+        default=None,
+        description=(
+            "runner agents' keys are derived from it (HMAC), so Coder holds only a nonce and the runner's verifier: "
+            "an agent that reads its own build parameters (with the Coder agent token of its workspace) cannot open "
+            "its runner. Unset: the key itself is the parameter, and `doctor` warns. Every replica, and every server "
+            "driving the same agents, needs the same secret; never logged"
+        ),
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description=(
@@ -311,6 +320,12 @@ class Settings(BaseSettings):
     def _blank_auth_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
         token = value.get_secret_value().strip() if value is not None else ""
         return SecretStr(token) if token else None
+
+    @field_validator("runner_secret")
+    @classmethod
+    def _blank_runner_secret_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+        secret = value.get_secret_value().strip() if value is not None else ""
+        return SecretStr(secret) if secret else None
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod

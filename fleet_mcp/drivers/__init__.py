@@ -53,13 +53,15 @@ def same_reach(a: Driver | None, b: Driver | None) -> bool:
     return a is not None and b is not None and (a.kind, a.address) == (b.kind, b.address)
 
 
-def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None) -> Driver | None:
+def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None,
+               locked: str | None = None) -> Driver | None:
     """The driver for the agent of `ws`, or None when its agent offers neither app; `key` is the runner's
-    (its build parameter `fleet_mcp_runner_key`), sent on every call to it."""
+    (from its build parameter `fleet_mcp_runner_key`, see `keys`), sent on every call to it; `locked`, why
+    the fleet holds no key for a runner that has one (each call then answers `Unreachable` with it)."""
     agent, app = agent_and_app(ws, slugs)
     if app is None:
         return None
     address = App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain, app.subdomain_name)
     if app.slug == slugs.runner:
-        return RunnerDriver(client, address, key)
+        return RunnerDriver(client, address, key, locked)
     return AgentAPIDriver(client, address)
