@@ -14,14 +14,14 @@ from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
     Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported,
-    Pending, StalePrompt, TurnEnd, TurnResult, Unreachable,
+    Pending, StalePrompt, TurnEnd, TurnResult, Unkeyed, Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
     "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
-    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable",
-    "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
+    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unkeyed",
+    "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
 ]
 
 

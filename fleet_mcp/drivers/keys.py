@@ -13,10 +13,17 @@ import hashlib
 import hmac
 import secrets
 
-__all__ = ["SECRET_SETTING", "key_of", "new_parameter"]
+__all__ = ["SECRET_SETTING", "KeyProblem", "key_of", "new_parameter"]
 
 SECRET_SETTING = "FLEET_MCP_RUNNER_SECRET"
 SEP = "."  # never in token_urlsafe's alphabet, nor in a hex digest
+
+
+class KeyProblem(str):
+    """Why the fleet's key opens no runner (`Unkeyed`), kept as such where the fleet passes it on as text: a
+    setting of this server to fix, not the agent's state."""
+
+    __slots__ = ()
 
 
 def _derive(secret: str, nonce: str) -> str:
