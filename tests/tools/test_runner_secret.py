@@ -4,11 +4,13 @@ secret, derives the key and drives the agent; a server without it (or with anoth
 
 from __future__ import annotations
 
+import hashlib
+
 import httpx
 import pytest
 from runners import fleet_server, needs_sdk, runner_fleet
 
-pytestmark = [pytest.mark.system, needs_sdk]
+from fleet_mcp.drivers.keys import key_of, new_parameter
 WAIT = {"timeout_s": 90}
 SECRET = "runner-secret-of-the-fleet"
 
@@ -20,6 +22,23 @@ async def _parameter(coder: httpx.AsyncClient, name: str) -> str:
     return next(p["value"] for p in params if p["name"] == "fleet_mcp_runner_key")
 
 
+def test_the_key_is_derived_from_the_secret_and_the_nonce_alone():
+    bare = new_parameter(None)
+    assert "." not in bare and key_of(bare, None) == key_of(bare, SECRET) == (bare, None)  # today's agents
+    made = [new_parameter(SECRET) for _ in range(50)]
+    assert len(set(made)) == 50 and all(v.count(".") == 1 for v in made)  # token_urlsafe never holds a "."
+    for value in made:
+        key, why = key_of(value, SECRET)
+        assert why is None and key is not None and key not in value
+        assert hashlib.sha256(key.encode()).hexdigest() == value.split(".")[1]  # what the runner is given
+        assert key_of(value, "another")[0] != key
+    locked, why = key_of(made[0], None)
+    assert locked is None and isinstance(why, str) and "FLEET_MCP_RUNNER_SECRET" in why
+    assert key_of("", SECRET) == (None, None)  # a template without the parameter
+
+
+@pytest.mark.system
+@needs_sdk
 async def test_the_parameter_coder_holds_opens_no_runner_while_the_fleet_drives_it(conformance):
     async with runner_fleet(conformance, runner_secret=SECRET) as (tools, coder):
         await tools("create_agent", name="sealed", project="fleet-demo", spec="Run the script [[permission]]")
