@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
     """Its help ends with every setting, read from `Settings` only when help is asked for (start-up stays fast)."""
 
     def format_help(self) -> str:
-        from .settings import documented
+        from .settings_help import documented
 
         lines = ["settings (environment or .env):"]
         for env, default, meaning in documented():

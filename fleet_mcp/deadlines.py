@@ -24,7 +24,7 @@ def deadline_of_a_read(s: Settings, _: dict[str, Any]) -> float:
 
 def create(s: Settings, _: dict[str, Any]) -> float:
     """The reads before it, the create itself, the look for its workspace after an ambiguous failure, and the
-    cap's confirmation with its take-back (fleet_mcp/cap.py)."""
+    cap's confirmation with its take-back (fleet_mcp/fleet/cap.py)."""
     return 2 * s.request_timeout_s + s.retry_budget_s + 2 * s.create_adopt_wait_s + s.delete_wait_s + MARGIN_S
 
 

@@ -29,8 +29,8 @@ from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .serving.preflight import StartupError, check_coder, load_settings
-from .projects import roles_from
 from .drivers.keys import SECRET_SETTING
+from .fleet.projects import roles_from
 from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
 

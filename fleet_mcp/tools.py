@@ -24,17 +24,17 @@ from pydantic import Field
 from . import deadlines
 from .deadlines import Deadline, deadline_of_a_read
 from .errors import guarded
-from .fleet import Fleet
-from .lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
+from .fleet.agents import Fleet
+from .fleet.lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
 from .models import (
     AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
     Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
-from .polling import within
+from .fleet.polling import within
 from .rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
-from .turns import DIFF_PAGE_MAX, PATH_MAX, Turns
+from .fleet.turns import DIFF_PAGE_MAX, PATH_MAX, Turns
 from .serving.users import services_of
-from .waits import MAX_WAIT_S, Waits
+from .fleet.waits import MAX_WAIT_S, Waits
 
 __all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]
 

@@ -4,7 +4,7 @@
     python scripts/settings_table.py --check  # exit 1 when README.md is stale
 
 The table sits between `<!-- settings:start -->` and `<!-- settings:end -->`;
-`fleet-mcp --help` lists the same settings (`fleet_mcp.settings.documented`).
+`fleet-mcp --help` lists the same settings (`fleet_mcp.settings_help.documented`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["END", "START", "main", "render", "updated"]
 
 
 def render() -> str:
-    from fleet_mcp.settings import documented
+    from fleet_mcp.settings_help import documented
 
     lines = ["| setting | default | meaning |", "|---|---|---|"]
     lines += [f"| `{env}` | {default} | {meaning} |" for env, default, meaning in documented()]

@@ -18,7 +18,7 @@ import pydantic
 from ..coder import errors as ce
 from ..coder.client import App, CoderClient
 from ..coder.schemas import LenientModel, Text, Timestamp
-from ..polling import until
+from ..fleet.polling import until
 from .base import (
     Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
     oversized,

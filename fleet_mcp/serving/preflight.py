@@ -21,7 +21,8 @@ from pydantic_core import ErrorDetails
 
 from ..coder import errors as ce
 from ..coder import netcause
-from ..settings import Settings, env_name
+from ..settings import Settings
+from ..settings_help import env_name
 
 __all__ = ["Checked", "StartupError", "check_coder", "known_variables", "load_settings", "unknown_settings"]
 

@@ -24,16 +24,16 @@ from fastmcp import Context
 from fastmcp.server.auth import AccessToken, TokenVerifier
 from fastmcp.server.dependencies import get_access_token, get_http_request
 
-from ..budget import Meter
+from ..fleet.budget import Meter
 from ..coder import errors as ce
 from ..coder.client import CoderClient
 from ..errors import FleetError
-from ..fleet import Fleet
+from ..fleet.agents import Fleet
 from .guesses import Guesses
-from ..lifecycle import Lifecycle
+from ..fleet.lifecycle import Lifecycle
 from ..settings import Settings
-from ..turns import Turns
-from ..waits import Waits
+from ..fleet.turns import Turns
+from ..fleet.waits import Waits
 
 __all__ = ["LIMITED", "UNVERIFIED", "CoderTokens", "Services", "Users", "caller", "key_of", "services_of"]
 

@@ -13,7 +13,7 @@ from coder_spec import missing_keys, reference_dir
 
 from fleet_mcp.coder.schemas import WorkspacesPage
 from fleet_mcp.drivers import Slugs
-from fleet_mcp.status import list_status
+from fleet_mcp.fleet.status import list_status
 
 pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
 STANDIN = Path(__file__).resolve().parents[2] / "bench" / "standin.py"

@@ -91,7 +91,7 @@ def test_the_logs_section_names_every_level():
 
 
 def test_the_orchestrators_claude_md_names_only_real_tools_and_values():
-    from fleet_mcp.waits import CONDITIONS, MAX_WAIT_S
+    from fleet_mcp.fleet.waits import CONDITIONS, MAX_WAIT_S
 
     text = section("### Tell the orchestrator how to use it")
     snippet = text[text.index("```markdown"):text.index("```", text.index("```markdown") + 3)]

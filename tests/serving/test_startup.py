@@ -15,7 +15,8 @@ import pytest
 from processes import SERVER, WAIT_S, clean_env, free_port, http_server
 
 from fleet_mcp import __version__
-from fleet_mcp.settings import Settings, env_name
+from fleet_mcp.settings import Settings
+from fleet_mcp.settings_help import env_name
 
 pytestmark = pytest.mark.system
 

@@ -1,4 +1,4 @@
-"""Reads side by side (fleet_mcp/reads.py) and the one wording of driver refusals (turns.refused)."""
+"""Reads side by side (fleet_mcp/fleet/reads.py) and the one wording of driver refusals (turns.refused)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from fleet_mcp.drivers import Busy, DriverError, NothingPending, NotSupported, Unreachable
-from fleet_mcp.reads import nothing, prefetch, quietly
-from fleet_mcp.turns import refused
+from fleet_mcp.fleet.reads import nothing, prefetch, quietly
+from fleet_mcp.fleet.turns import refused
 
 
 async def test_prefetch_cancels_what_is_still_running_when_left():

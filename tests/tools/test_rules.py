@@ -9,7 +9,7 @@ import pytest
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
 from fleet_mcp.rules import NAME_PATTERN, check_name, check_text, iso, paginate, valid_name
-from fleet_mcp.status import needs_attention
+from fleet_mcp.fleet.status import needs_attention
 
 
 @pytest.mark.parametrize("name", ["a", "papi", "Sony", "agent-7", "a" * 20, "1x"])

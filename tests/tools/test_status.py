@@ -9,7 +9,7 @@ import pytest
 
 from fleet_mcp.coder.schemas import Workspace, WorkspaceAppStatus
 from fleet_mcp.drivers import Live, Slugs
-from fleet_mcp.status import Snapshot, base_status, fresh_app_status, list_status, live_status, turn_status
+from fleet_mcp.fleet.status import Snapshot, base_status, fresh_app_status, list_status, live_status, turn_status
 
 SLUGS = Slugs(runner="fleet", agentapi="ccw")
 BUILT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

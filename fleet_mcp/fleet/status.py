@@ -16,9 +16,9 @@ from urllib.parse import parse_qs
 
 import pydantic
 
-from .coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
-from .drivers import Driver, Live, Pending, Slugs, agent_and_app
-from .models import AgentStatus, LastTurn, StatusSource
+from ..coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
+from ..drivers import Driver, Live, Pending, Slugs, agent_and_app
+from ..models import AgentStatus, LastTurn, StatusSource
 
 __all__ = [
     "READY", "RUNNER_PROMPT_URI", "Ready", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",

@@ -14,7 +14,7 @@ import asyncio
 import math
 from collections import deque
 
-from .errors import unavailable
+from ..errors import unavailable
 
 __all__ = ["CODER_RATE_PER_MINUTE", "WINDOW_S", "Meter"]
 

@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import get_args
 
 from .budget import Meter
-from .coder.schemas import Workspace, WorkspacesPage
-from .drivers import Driver, Live, Message, Unreachable, same_reach
-from .errors import bad_request, not_found, unavailable
-from .fleet import Fleet, prompt, reported_task, with_screen_prompt
-from .models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
+from ..coder.schemas import Workspace, WorkspacesPage
+from ..drivers import Driver, Live, Message, Unreachable, same_reach
+from ..errors import bad_request, not_found, unavailable
+from .agents import Fleet, prompt, reported_task, with_screen_prompt
+from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import prefetch, quietly
-from .rules import FLEET_QUERY, iso, valid_name
+from ..rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]

@@ -14,26 +14,26 @@ from datetime import datetime
 from typing import Any
 
 from .builds import Builds
-from .coder import errors as ce
-from .coder.client import CoderClient, collection_paused
-from .coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
-from .drivers import (
+from ..coder import errors as ce
+from ..coder.client import CoderClient, collection_paused
+from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
+from ..drivers import (
     Driver, DriverError, Live, Message, Pending, Slugs, Unkeyed, Unreachable, agent_and_app, driver_app, driver_for,
     same_reach, screen_prompt,
 )
-from .drivers.keys import SECRET_SETTING, KeyProblem, key_of
-from .errors import FleetError, bad_request, not_found, unavailable
-from .models import (
+from ..drivers.keys import SECRET_SETTING, KeyProblem, key_of
+from ..errors import FleetError, bad_request, not_found, unavailable
+from ..models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
 from .reads import nothing, prefetch, quietly
-from .rules import (
+from ..rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
     iso, paginate, valid_name,
 )
-from .settings import Settings
+from ..settings import Settings
 from .status import (
     Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
 )

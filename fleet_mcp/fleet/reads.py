@@ -1,6 +1,6 @@
 """Reads side by side: begun early, used only if still wanted, and never a lost exception.
 
-Shared by `fleet` (one agent's snapshot), `lifecycle` (a create's cap count)
+Shared by `agents` (one agent's snapshot), `lifecycle` (a create's cap count)
 and `waits` (glances): a read begun before it is known to be needed saves a
 round trip when it is, and is settled quietly when it is not.
 """
@@ -12,8 +12,8 @@ import contextlib
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from .coder import errors as ce
-from .drivers import DriverError
+from ..coder import errors as ce
+from ..drivers import DriverError
 
 __all__ = ["nothing", "prefetch", "quietly", "settle"]
 

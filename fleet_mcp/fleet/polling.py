@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import TypeVar
 
-from .errors import unavailable
+from ..errors import unavailable
 
 __all__ = ["DEADLINE", "current_deadline", "last_probe_s", "poll_until", "until", "within"]
 

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .builds import Builds
-from .coder import errors as ce
-from .coder.client import CoderClient
-from .coder.schemas import Workspace
-from .errors import FleetError, conflict, unavailable
+from ..coder import errors as ce
+from ..coder.client import CoderClient
+from ..coder.schemas import Workspace
+from ..errors import FleetError, conflict, unavailable
 from .polling import poll_until
-from .rules import FLEET_QUERY
-from .settings import Settings
+from ..rules import FLEET_QUERY
+from ..settings import Settings
 
 __all__ = ["Cap", "Tally", "counts"]
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 
-from .coder import errors as ce
-from .coder.client import CoderClient, Transition
-from .coder.schemas import Workspace
-from .errors import FleetError, conflict, unavailable
+from ..coder import errors as ce
+from ..coder.client import CoderClient, Transition
+from ..coder.schemas import Workspace
+from ..errors import FleetError, conflict, unavailable
 from .polling import poll_until
-from .rules import BUILD_ACTIVE, MANAGED, PROJECT, ROLE, SPEC
-from .settings import Settings
+from ..rules import BUILD_ACTIVE, MANAGED, PROJECT, ROLE, SPEC
+from ..settings import Settings
 
 __all__ = ["Builds"]
 

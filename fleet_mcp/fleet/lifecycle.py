@@ -9,15 +9,15 @@ import functools
 import json
 
 from .cap import Cap, Tally
-from .coder import errors as ce
-from .coder.client import Transition
-from .coder.schemas import RichParameter, Template, Workspace
-from .drivers.keys import new_parameter
-from .errors import FleetError, bad_request, unexpected
-from .fleet import Fleet, agent_answer
-from .models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
+from ..coder import errors as ce
+from ..coder.client import Transition
+from ..coder.schemas import RichParameter, Template, Workspace
+from ..drivers.keys import new_parameter
+from ..errors import FleetError, bad_request, unexpected
+from .agents import Fleet, agent_answer
+from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .reads import settle
-from .rules import (
+from ..rules import (
     MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_result_schema, check_text, valid_name,
 )

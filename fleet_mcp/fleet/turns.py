@@ -8,18 +8,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .coder import errors as ce
-from .drivers import (
+from ..coder import errors as ce
+from ..drivers import (
     Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, Pending,
     StalePrompt, TurnResult, Unkeyed, Unreachable, same_reach, screen_prompt,
 )
-from .errors import FleetError, bad_request, conflict, unavailable
-from .drivers.keys import SECRET_SETTING
-from .fleet import Fleet, prompt, why_unreachable, with_screen_prompt
-from .models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
+from ..errors import FleetError, bad_request, conflict, unavailable
+from ..drivers.keys import SECRET_SETTING
+from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
+from ..models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, until
 from .reads import prefetch, quietly
-from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
+from ..rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
 __all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]
