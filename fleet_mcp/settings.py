@@ -146,12 +146,10 @@ class Settings(BaseSettings):
     )
     runner_secret: SecretStr | None = Field(
         default=None,
-        description=(
-            "runner agents' keys are derived from it (HMAC), so Coder holds only a nonce and the runner's verifier: "
-            "an agent that reads its own build parameters (with the Coder agent token of its workspace) cannot open "
-            "its runner. Unset: the key itself is the parameter, and `doctor` warns. Every replica, and every server "
-            "driving the same agents, needs the same secret; never logged"
-        ),
+        description="runner agents' keys are derived from it (HMAC), so Coder holds only a nonce and the runner's "
+                    "verifier: an agent that reads its own build parameters (with the Coder agent token of its "
+                    "workspace) cannot open its runner. Unset: the key itself is the parameter, and `doctor` warns. "
+                    "Every replica, and every server driving the same agents, needs the same secret; never logged",
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -315,17 +313,11 @@ class Settings(BaseSettings):
                            on_request=on_request, deadline=current_deadline,
                            connect_to=ConnectTo.parse(self.connect_to))
 
-    @field_validator("auth_token")
+    @field_validator("auth_token", "runner_secret")
     @classmethod
-    def _blank_auth_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+    def _blank_secret_is_none(cls, value: SecretStr | None) -> SecretStr | None:
         token = value.get_secret_value().strip() if value is not None else ""
         return SecretStr(token) if token else None
-
-    @field_validator("runner_secret")
-    @classmethod
-    def _blank_runner_secret_is_none(cls, value: SecretStr | None) -> SecretStr | None:
-        secret = value.get_secret_value().strip() if value is not None else ""
-        return SecretStr(secret) if secret else None
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
