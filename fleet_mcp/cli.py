@@ -163,7 +163,8 @@ def _serve(args: argparse.Namespace) -> int:
             settings = load_settings(**overrides)
         from .serving.front import sent_token  # what an HTTP request sends (per-user mode: a Coder token)
 
-        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token) if s),
+        setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token,
+                                                     settings.runner_secret) if s),
                    settings.log_level, also=sent_token if args.transport == "http" else None)
         for warning in unknown_settings():
             logging.getLogger("fleet_mcp").warning("%s", warning)

@@ -29,6 +29,7 @@ from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .serving.preflight import StartupError, check_coder, load_settings
+from .drivers.keys import SECRET_SETTING
 from .fleet.projects import roles_from
 from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
@@ -83,6 +84,7 @@ class Report:
     path_apps: bool = True  # whether Coder serves path apps (no --disable-path-apps)
     app_statuses: bool | None = None  # whether workspace answers carry app statuses (None: no workspace to tell)
     app_host_problem: str | None = None  # why an app host under the wildcard does not reach Coder
+    runner_secret: bool = False  # FLEET_MCP_RUNNER_SECRET is set
 
     @property
     def complete(self) -> list[ProjectCheck]:
@@ -113,6 +115,8 @@ class Report:
                 out.append(f"  {_FAIL} {p.title}: lacks" + (f" ({shown})" if shown else ""))
                 out += [f"         - {lack}" for lack in p.lacks]
             out += [f"         ! {warning}" for warning in p.warnings]
+        if any(p.driver == RUNNER for p in self.projects):
+            out.append(self._runner_key_line())
         if self.others:
             out.append("Other templates")
             out += [f"  {_OTHER} {p.title}: not a fleet project" for p in self.others]
@@ -121,6 +125,14 @@ class Report:
                    + ("." if done else f": the fleet cannot create an agent (apps looked for: runner "
                                        f"{self.runner_slug!r}, AgentAPI {self.agentapi_slug!r})."))
         return out
+
+    def _runner_key_line(self) -> str:
+        if self.runner_secret:
+            return (f"  {_OK} runner keys: derived from {SECRET_SETTING}; Coder holds only a nonce and the runner's "
+                    "verifier")
+        return (f"  {_WARN} runner keys: {SECRET_SETTING} is unset, so each runner's key is a build parameter, "
+                "which the agent itself can read (with its workspace's Coder agent token) and then answer its own "
+                "permission prompts; set it (the same on every replica)")
 
     def _apps_line(self) -> str:
         sub = f"subdomain form at {self.wildcard}" if self.wildcard else "no wildcard app host (no subdomain form)"
@@ -152,7 +164,8 @@ async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> 
                   user_roles=[r.name for r in me.roles], runner_slug=slugs[RUNNER], agentapi_slug=slugs[AGENTAPI],
                   where=where, wildcard=wildcard, path_apps=not refused, app_host_problem=unreachable,
                   app_statuses=sample.workspaces[0].sends_app_statuses if sample.workspaces else None,
-                  projects=projects, others=[c for c, fleet in checks if not fleet])
+                  projects=projects, others=[c for c, fleet in checks if not fleet],
+                  runner_secret=settings.runner_secret is not None)
 
 
 def _reach(check: ProjectCheck, no_subdomain: str | None, path_apps: bool) -> None:

@@ -43,7 +43,8 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
         from .serving.audit import AuditLog
 
         # Outermost, so it records what the client gets: the envelope, after Envelope has shaped it.
-        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token],
+        audit = AuditLog(settings.audit_log, secrets=[settings.coder_session_token, settings.auth_token,
+                                                             settings.runner_secret],
                          user=user)
         middleware.insert(0, audit)
     users = Users(settings, transport, stopping) if settings.auth == "coder" else None

@@ -144,6 +144,13 @@ class Settings(BaseSettings):
             "anything but loopback; never logged"
         ),
     )
+    runner_secret: SecretStr | None = Field(
+        default=None,
+        description="runner agents' keys are derived from it (HMAC), so Coder holds only a nonce and the runner's "
+                    "verifier: an agent that reads its own build parameters (with the Coder agent token of its "
+                    "workspace) cannot open its runner. Unset: the key itself is the parameter, and `doctor` warns. "
+                    "Every replica, and every server driving the same agents, needs the same secret; never logged",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description=(
@@ -306,9 +313,9 @@ class Settings(BaseSettings):
                            on_request=on_request, deadline=current_deadline,
                            connect_to=ConnectTo.parse(self.connect_to))
 
-    @field_validator("auth_token")
+    @field_validator("auth_token", "runner_secret")
     @classmethod
-    def _blank_auth_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+    def _blank_secret_is_none(cls, value: SecretStr | None) -> SecretStr | None:
         token = value.get_secret_value().strip() if value is not None else ""
         return SecretStr(token) if token else None
 

@@ -26,7 +26,7 @@ from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, su
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
 
-__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "needs_sdk", "runner_env",
+__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "fleet_server", "needs_sdk", "runner_env",
            "runner_fleet", "runner_process", "scripted_api", "served"]
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
@@ -42,10 +42,7 @@ async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: 
     `anthropic_base_url`, else the emulator's own scripted model); with `app_mode="subdomain"` the emulator
     refuses path apps, and the fleet reaches the runners' app hosts (which no DNS knows) through
     FLEET_MCP_CONNECT_TO."""
-    from fastmcp import Client
-
     from fleet_mcp.emulator import REAL_TIME, Emulator
-    from fleet_mcp.server import build_server
 
     emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner",
                         anthropic_base_url=anthropic_base_url)
@@ -55,11 +52,23 @@ async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: 
                                                            timeout=30) as coder:
         if app_mode == "subdomain":
             settings["connect_to"] = f"*.{APP_HOST}=127.0.0.1:{httpx.URL(url).port}"
-        transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
-        server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
-                                             cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
-        async with Client(server) as client:
-            yield Tools(client), coder
+        async with fleet_server(conformance, url, **settings) as tools:
+            yield tools, coder
+
+
+@asynccontextmanager
+async def fleet_server(conformance, url: str, **settings) -> AsyncIterator[Tools]:
+    """The fleet's tools, served by a server of its own with these settings, on the Coder at `url` (another
+    replica, or another server on the same Coder)."""
+    from fastmcp import Client
+
+    from fleet_mcp.server import build_server
+
+    transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
+    server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
+                                         cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
+    async with Client(server) as client:
+        yield Tools(client)
 
 
 async def disk(coder: httpx.AsyncClient, name: str) -> Path:

@@ -14,14 +14,14 @@ from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
     Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported,
-    Pending, StalePrompt, TurnEnd, TurnResult, Unreachable,
+    Pending, StalePrompt, TurnEnd, TurnResult, Unkeyed, Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
     "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
-    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable",
-    "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
+    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unkeyed",
+    "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
 ]
 
 
@@ -53,13 +53,15 @@ def same_reach(a: Driver | None, b: Driver | None) -> bool:
     return a is not None and b is not None and (a.kind, a.address) == (b.kind, b.address)
 
 
-def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None) -> Driver | None:
+def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None,
+               locked: str | None = None) -> Driver | None:
     """The driver for the agent of `ws`, or None when its agent offers neither app; `key` is the runner's
-    (its build parameter `fleet_mcp_runner_key`), sent on every call to it."""
+    (from its build parameter `fleet_mcp_runner_key`, see `keys`), sent on every call to it; `locked`, why
+    the fleet holds no key for a runner that has one (each call then answers `Unreachable` with it)."""
     agent, app = agent_and_app(ws, slugs)
     if app is None:
         return None
     address = App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain, app.subdomain_name)
     if app.slug == slugs.runner:
-        return RunnerDriver(client, address, key)
+        return RunnerDriver(client, address, key, locked)
     return AgentAPIDriver(client, address)

@@ -16,7 +16,8 @@ from ..coder import errors as ce
 
 __all__ = [
     "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
-    "NothingPending", "NotSupported", "Pending", "StalePrompt", "TurnEnd", "TurnResult", "Unreachable", "oversized",
+    "NothingPending", "NotSupported", "Pending", "StalePrompt", "TurnEnd", "TurnResult", "Unkeyed", "Unreachable",
+    "oversized",
 ]
 
 LiveState = Literal["starting", "working", "idle", "needs_input", "error"]
@@ -109,6 +110,11 @@ class Busy(DriverError):
 
 class Unreachable(DriverError):
     """The agent's program cannot be reached through the app proxy (stopped, disconnected, no such app)."""
+
+
+class Unkeyed(Unreachable):
+    """The runner cannot be opened with what this server holds: a setting to fix (FLEET_MCP_RUNNER_SECRET),
+    not the agent's state."""
 
 
 class NothingPending(DriverError):

@@ -16,7 +16,7 @@ from ..coder.client import APP_HEADERS, App, CoderClient
 from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
 from .base import (
     Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
-    TurnEnd, TurnResult, Unreachable, oversized,
+    TurnEnd, TurnResult, Unkeyed, Unreachable, oversized,
 )
 from .wire import ConversationPage
 
@@ -138,15 +138,18 @@ class RunnerDriver:
 
     kind: DriverKind = "runner"
 
-    def __init__(self, client: CoderClient, app: App, key: str | None = None) -> None:
+    def __init__(self, client: CoderClient, app: App, key: str | None = None, locked: str | None = None) -> None:
         self.client = client
         self.app = app
         self.slug = app.slug
         self.address = (app.owner, app.workspace, app.agent, app.slug)
         self._key = key
+        self._locked = locked
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
                     limit: Limit = "status") -> Any:
+        if self._locked:
+            raise Unkeyed(f"The runner cannot be called: {self._locked}.")
         sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
         try:
             return await _reachable(self.slug, lambda: self.client.app_request(
@@ -227,6 +230,7 @@ async def _reachable(slug: str, call: Callable[[], Awaitable[T]], name: str) -> 
     except ce.Unauthorized as exc:
         if exc.status != 401:  # Coder's own refusal is a redirect to /login: the caller's token
             raise
-        raise Unreachable(f"The runner refused the fleet's key ({exc.message}): the agent was created without "
-                          "one (its template lacks fleet_mcp_runner_key) or something else listens on its "
+        raise Unkeyed(f"The runner refused the fleet's key ({exc.message}): the agent was created without "
+                          "one (its template lacks fleet_mcp_runner_key), or by a server with another "
+                          "FLEET_MCP_RUNNER_SECRET (set the same one), or something else listens on its "
                           "port.") from None

@@ -18,10 +18,11 @@ from ..coder import errors as ce
 from ..coder.client import CoderClient, collection_paused
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
-    Driver, DriverError, Live, Message, Pending, Slugs, Unreachable, agent_and_app, driver_app, driver_for, same_reach,
-    screen_prompt,
+    Driver, DriverError, Live, Message, Pending, Slugs, Unkeyed, Unreachable, agent_and_app, driver_app, driver_for,
+    same_reach, screen_prompt,
 )
-from ..errors import FleetError, bad_request, not_found
+from ..drivers.keys import SECRET_SETTING, KeyProblem, key_of
+from ..errors import FleetError, bad_request, not_found, unavailable
 from ..models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
     Projects, Roles, ShownAgent, Task, TaskHistory,
@@ -37,10 +38,16 @@ from .status import (
     Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
 )
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "with_screen_prompt"]
+__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "why_unreachable",
+           "with_screen_prompt"]
 
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
 READY_KEPT = 1_000  # agents whose driver is remembered between reads
+
+
+def why_unreachable(exc: Unreachable) -> str:
+    """Why a driver could not be asked, as text; a `KeyProblem` when this server's key is what failed."""
+    return KeyProblem(exc) if isinstance(exc, Unkeyed) else str(exc)
 
 
 class Fleet:
@@ -54,6 +61,8 @@ class Fleet:
         self.builds = Builds(client, settings)
         self._params: dict[str, dict[str, str]] = {}
         self._ready: dict[str, Driver] = {}  # by lower-case name: how each agent last seen ready is reached
+        # What runner keys are derived from (drivers/keys.py); never logged, redacted where the server writes.
+        self.runner_secret = settings.runner_secret.get_secret_value() if settings.runner_secret else None
 
     # --- projects and roles -------------------------------------------------------
 
@@ -100,7 +109,8 @@ class Fleet:
         return self._driver_of(ws) if isinstance(base_status(ws, self.slugs), Ready) else None
 
     def _driver_of(self, ws: Workspace) -> Driver | None:
-        return driver_for(self.client, ws, self.slugs, key=self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY))
+        key, locked = key_of(self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY), self.runner_secret)
+        return driver_for(self.client, ws, self.slugs, key=key, locked=locked)
 
     def _runner_unkeyed(self, ws: Workspace) -> bool:
         _, app = agent_and_app(ws, self.slugs)
@@ -131,7 +141,7 @@ class Fleet:
         try:
             return await driver.live(), None
         except Unreachable as exc:
-            return None, str(exc)
+            return None, why_unreachable(exc)
 
     async def snapshot(self, name: str, *, conversation: bool = False) -> tuple[Snapshot, list[Message] | None]:
         """The agent: its workspace, then parameters (asked once per build) ∥ live state ∥ conversation. For an
@@ -155,6 +165,9 @@ class Fleet:
             return Snapshot(ws, params, live, unreachable, driver), messages
 
     def not_ready(self, snap: Snapshot, what: str = "not ready for work") -> FleetError:
+        if isinstance(snap.unreachable, KeyProblem):  # this server's setting, not the agent: say which
+            return unavailable(f"Agent {snap.workspace.name!r} cannot be reached by this server: {snap.unreachable}",
+                               setting=SECRET_SETTING)
         status = live_status(snap, self.slugs)
         hint = " start_agent starts it again." if status.value in ("stopped", "canceled") else ""
         return bad_request(f"Agent {snap.workspace.name!r} is {status.value}, {what}."

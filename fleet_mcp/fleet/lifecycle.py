@@ -7,12 +7,12 @@ from typing import Any
 import asyncio
 import functools
 import json
-import secrets
 
 from .cap import Cap, Tally
 from ..coder import errors as ce
 from ..coder.client import Transition
 from ..coder.schemas import RichParameter, Template, Workspace
+from ..drivers.keys import new_parameter
 from ..errors import FleetError, bad_request, unexpected
 from .agents import Fleet, agent_answer
 from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
@@ -89,7 +89,7 @@ class Lifecycle:
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
         if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
-            values[RUNNER_KEY] = secrets.token_urlsafe(32)
+            values[RUNNER_KEY] = new_parameter(self.fleet.runner_secret)
         if result_schema is not None:
             if RESULT_SCHEMA not in {p.name for p in params}:
                 if cached:

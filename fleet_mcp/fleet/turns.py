@@ -11,10 +11,11 @@ from typing import Any
 from ..coder import errors as ce
 from ..drivers import (
     Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, Pending,
-    StalePrompt, TurnResult, Unreachable, same_reach, screen_prompt,
+    StalePrompt, TurnResult, Unkeyed, Unreachable, same_reach, screen_prompt,
 )
 from ..errors import FleetError, bad_request, conflict, unavailable
-from .agents import Fleet, prompt, with_screen_prompt
+from ..drivers.keys import SECRET_SETTING
+from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
 from ..models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, until
 from .reads import prefetch, quietly
@@ -237,7 +238,8 @@ class Turns:
         try:
             d: Any = await driver.diff(scope, path, fmt, page, size)
         except Unreachable as exc:
-            raise self.fleet.not_ready(Snapshot(ws, params, None, str(exc)), "so its diff cannot be read") from None
+            raise self.fleet.not_ready(Snapshot(ws, params, None, why_unreachable(exc)),
+                                       "so its diff cannot be read") from None
         except NotSupported as exc:
             raise refused(name, exc, driver=driver.kind) from None
         except DriverError as exc:
@@ -252,6 +254,8 @@ def refused(name: str, exc: DriverError, **details: Any) -> FleetError:
     """What a driver's refusal means to the caller: the one wording of each driver error."""
     if isinstance(exc, Busy):
         return conflict(f"Agent {name!r} already has a running task.", status="busy")
+    if isinstance(exc, Unkeyed):  # this server's setting, not the agent
+        return unavailable(f"Agent {name!r} cannot be reached by this server: {exc}", setting=SECRET_SETTING)
     if isinstance(exc, Unreachable):
         return bad_request(f"Agent {name!r} is offline: {exc}")
     if isinstance(exc, NothingPending):

@@ -234,6 +234,8 @@ data "coder_parameter" "result_schema" {
 
 # The runner's key, made by fleet-mcp's create_agent. The runner is handed only its SHA-256
 # (FLEET_RUNNER_KEY_SHA256), so the key itself is in no file, environment or script of the workspace.
+# With FLEET_MCP_RUNNER_SECRET set on the server, the value is "<nonce>.<sha256 of the key>" and the key
+# (derived from the secret and the nonce) is not even here: the agent can read its own parameters.
 data "coder_parameter" "runner_key" {
   name         = "fleet_mcp_runner_key"
   display_name = "Runner key"
@@ -277,6 +279,10 @@ locals {
   runner_port = 4300
   runner_url  = "http://127.0.0.1:${local.runner_port}"
   runner_slug = "fleet"
+
+  # The runner's verifier: the part after "." (a key derived from FLEET_MCP_RUNNER_SECRET), else the key's SHA-256.
+  runner_key        = data.coder_parameter.runner_key.value
+  runner_key_sha256 = local.runner_key == "" ? "" : (length(split(".", local.runner_key)) > 1 ? split(".", local.runner_key)[1] : sha256(local.runner_key))
 
   # "preinstalled": the image already has fleet-mcp with the runner extra on PATH; nothing is installed.
   fleet_mcp_requirement = (var.fleet_mcp_package == "preinstalled" ? "" :
@@ -334,7 +340,7 @@ locals {
     FLEET_RUNNER_PORT            = tostring(local.runner_port)
     FLEET_RUNNER_APP_SLUG        = local.runner_slug
     FLEET_RUNNER_PERMISSION_MODE = var.permission_mode
-    FLEET_RUNNER_KEY_SHA256      = data.coder_parameter.runner_key.value != "" ? sha256(data.coder_parameter.runner_key.value) : ""
+    FLEET_RUNNER_KEY_SHA256      = local.runner_key_sha256
     FLEET_RUNNER_ALLOWED_HOSTS   = local.runner_hosts
     FLEET_RUNNER_REQUIREMENT     = local.fleet_mcp_requirement
     FLEET_RUNNER_GIT_AUTH_ID     = var.git_external_auth_id

@@ -161,6 +161,23 @@ async def test_the_runner_demo_deployment_is_ready(conformance):
     assert "!" not in text and text.endswith("2 of 2 fleet projects complete.")
 
 
+async def test_runner_keys_are_warned_about_without_the_runner_secret(conformance):
+    emulator = Emulator(agent_runtime="runner")
+    try:
+        plain, sealed = [await report_of(emulator, conformance, **s) for s in ({}, {"runner_secret": "s3cret"})]
+    finally:
+        emulator.close()
+    line = next(x for x in plain.lines() if "runner keys" in x)
+    assert line.startswith("  warn runner keys: FLEET_MCP_RUNNER_SECRET is unset") and "(the same on every replica)" in line
+    assert [x for x in sealed.lines() if "runner keys" in x] == [
+        "  ok   runner keys: derived from FLEET_MCP_RUNNER_SECRET; Coder holds only a nonce and the runner's verifier"]
+    assert plain.exit_code == sealed.exit_code == 0  # a warning, not a lack
+
+
+async def test_an_agentapi_deployment_says_nothing_of_runner_keys(emulator, conformance):
+    assert not [x for x in (await report_of(emulator, conformance)).lines() if "runner keys" in x]
+
+
 async def test_a_runner_project_without_the_budget_parameters_is_complete_with_a_warning(emulator, conformance,
                                                                                           coder):
     await add_template(coder, name="bare-runner", parameters=[*FIVE, *KEY], apps=["fleet"])

@@ -106,10 +106,13 @@ def test_the_runner_environment(doc: dict, locals_: dict) -> None:
         "FLEET_RUNNER_APP_SLUG": "local.runner_slug",
         "FLEET_RUNNER_PERMISSION_MODE": "var.permission_mode",
         # Only the key's digest: the key itself never enters the workspace (specs/runner.md).
-        "FLEET_RUNNER_KEY_SHA256": f'{parameter_ref(params[RUNNER_KEY])} != "" ? '
-                                   f'sha256({parameter_ref(params[RUNNER_KEY])}) : ""',
+        "FLEET_RUNNER_KEY_SHA256": "local.runner_key_sha256",
         "FLEET_RUNNER_ALLOWED_HOSTS": "local.runner_hosts",
     }
+    # A value made with FLEET_MCP_RUNNER_SECRET ("<nonce>.<verifier>") carries the verifier; a bare key is hashed.
+    assert locals_["runner_key"] == parameter_ref(params[RUNNER_KEY])
+    assert locals_["runner_key_sha256"] == ('local.runner_key == "" ? "" : (length(split(".", local.runner_key)) > 1 '
+                                            '? split(".", local.runner_key)[1] : sha256(local.runner_key))')
     hosts = locals_["runner_hosts"]
     assert "data.coder_workspace.me.access_url" in hosts  # a path app's Host: Coder's own
     assert "${local.runner_slug}--main--${local.ws_name}--${local.owner_name}.*" in hosts  # a subdomain app's

@@ -21,6 +21,7 @@ from fleet_mcp.serving.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, c
 from fleet_mcp.server import build_server
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
+RUNNER_SECRET = "runner-s3cret-for-the-audit-test"
 FIELDS = ["time", "user", "tool", "arguments", "duration_ms", "outcome", "error"]
 
 
@@ -32,7 +33,8 @@ def audit_path(tmp_path) -> Path:
 @pytest.fixture
 async def audited(emulator, conformance, audit_path) -> AsyncIterator[Tools]:
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
-    server = build_server(fleet_settings(audit_log=audit_path, auth_token=AUTH_TOKEN), transport=transport)
+    server = build_server(fleet_settings(audit_log=audit_path, auth_token=AUTH_TOKEN, runner_secret=RUNNER_SECRET),
+                          transport=transport)
     async with Client(server) as client:
         yield Tools(client)
 
@@ -79,9 +81,11 @@ async def test_no_token_reaches_the_file(audited, audit_path):
     await audited("show_agent", agent_name=AUTH_TOKEN)  # the HTTP auth token
     await audited("start_agent_task", agent_name="ghost",
                   task_description=f"use {AUTH_TOKEN} and then " + "y" * 300 + TOKEN)
+    await audited("show_agent", agent_name=RUNNER_SECRET)  # what runner keys are derived from
     text = audit_path.read_text(encoding="utf-8")
-    assert TOKEN not in text and AUTH_TOKEN not in text
-    first, second, third = records(audit_path)
+    assert TOKEN not in text and AUTH_TOKEN not in text and RUNNER_SECRET not in text
+    first, second, third, fourth = records(audit_path)
+    assert fourth["arguments"]["agent_name"] == REDACTED
     assert first["arguments"]["agent_name"] == REDACTED and second["arguments"]["agent_name"] == REDACTED
     assert third["arguments"]["task_description"].startswith(f"use {REDACTED} and then yyy")
 

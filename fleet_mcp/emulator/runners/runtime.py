@@ -185,8 +185,7 @@ class Runners:
             "FLEET_RUNNER_RESULT_SCHEMA": params.get("fleet_mcp_result_schema", ""),
             "FLEET_RUNNER_PORT": "0",
             # As the template does: only the key's digest, and the hosts Coder's app proxy forwards with.
-            "FLEET_RUNNER_KEY_SHA256": hashlib.sha256(params["fleet_mcp_runner_key"].encode()).hexdigest()
-            if params.get("fleet_mcp_runner_key") else "",
+            "FLEET_RUNNER_KEY_SHA256": _verifier(params.get("fleet_mcp_runner_key", "")),
             "FLEET_RUNNER_ALLOWED_HOSTS": ",".join([urlsplit(self.url or "").hostname or "",
                                                     f"{RUNNER_SLUG}--{agent.name}--{ws.name}--{owner}.*",
                                                     f"{RUNNER_SLUG}--{ws.name}--{owner}.*"]),
@@ -297,6 +296,13 @@ class RunnerForward(Response):
             if k != b"content-length":
                 answer.raw_headers.append((k, v))
         await answer(scope, receive, send)
+
+
+def _verifier(value: str) -> str:
+    """As the template does: the part after "." (a key derived from the fleet's secret), else the key's SHA-256."""
+    if not value:
+        return ""
+    return value.split(".")[1] if "." in value else hashlib.sha256(value.encode()).hexdigest()
 
 
 def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
