@@ -18,7 +18,7 @@ from . import __version__
 from .settings import Settings
 from .serving.users import CoderTokens, Services, Users
 from .errors import Envelope
-from .tools import instructions, register
+from .registry import instructions, register
 
 __all__ = ["build_server"]
 

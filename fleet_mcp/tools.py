@@ -1,70 +1,34 @@
-"""The MCP tools: flat parameters, their limits, annotations, and descriptions for the calling model.
+"""The MCP tools: flat parameters, their limits, and descriptions for the calling model.
 
 Each tool is a plain async function that hands its parameters to the service FastMCP injects
 (`Depends`: the caller's `Fleet`, `Lifecycle`, `Turns` or `Waits`), so it can be imported and called
-alone. `TOOLS` lists them with their title, hints and deadline; `register` adds them to a server, and
-`instructions` describes the registered ones to the calling model. `errors.Envelope` answers every
-failure as the contract's error envelope.
+alone. `registry.TOOLS` lists them with their title, hints and deadline, and adds them to a server.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastmcp import Context, FastMCP
+from fastmcp import Context
 from fastmcp.dependencies import CurrentContext, Depends
-from fastmcp.server.dependencies import get_context
-from fastmcp.tools import Tool
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from . import deadlines
-from .deadlines import Deadline, deadline_of_a_read
-from .errors import guarded
 from .fleet.agents import Fleet
 from .fleet.lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
 from .models import (
     AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
     Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
-from .fleet.polling import within
 from .rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
 from .fleet.turns import DIFF_PAGE_MAX, PATH_MAX, Turns
 from .serving.users import services_of
 from .fleet.waits import MAX_WAIT_S, Waits
-
-__all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]
 
 AgentName = Annotated[str, Field(description="The agent's name, as create_agent was given it")]
 Page = Annotated[int, Field(ge=1, description="Page number, starting at 1")]
 PageSize = Annotated[int, Field(description="Items per page; clamped to 1..100")]
 # Characters, the closest a schema can say it: the rule itself counts UTF-8 bytes (`rules.check_text`).
 Text = Field(min_length=1, max_length=MAX_SPEC)
-
-READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
-WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
-
-
-def nullable_as_type(schema: Any) -> Any:
-    """`schema` with each optional scalar (`anyOf: [{type: T, ...}, {type: null}]`, pydantic's `T | None`)
-    written `type: [T, "null"]`: the same rule, shorter in the calling model's context, and far cheaper for
-    a client validating every answer (a JSON Schema validator tries each `anyOf` branch in turn)."""
-    if isinstance(schema, list):
-        return [nullable_as_type(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    node = {k: nullable_as_type(v) for k, v in schema.items()}
-    branches = node.get("anyOf")
-    if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
-        other = next(b for b in branches if b != {"type": "null"})
-        if isinstance(other.get("type"), str) and not {"$ref", "anyOf", "oneOf", "allOf", "const"} & other.keys():
-            node = {k: v for k, v in node.items() if k != "anyOf"} | other | {"type": [other["type"], "null"]}
-            if "enum" in other:
-                node["enum"] = [*other["enum"], None]
-    return node
 
 
 # --- what FastMCP injects: the caller's services ----------------------------------------
@@ -286,82 +250,3 @@ async def list_agent_roles(
 async def list_agent_projects(fleet: Fleet = Depends(fleet_of)) -> Projects:
     """The projects (Coder templates ready for fleet agents) agents can be created in."""
     return await fleet.projects()
-
-
-# --- registration ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool function with what the server adds to it: title, hints, and its overall deadline."""
-
-    fn: Callable[..., Awaitable[Any]]
-    title: str
-    hints: dict[str, bool]
-    deadline: Deadline = deadline_of_a_read
-
-    @property
-    def name(self) -> str:
-        return self.fn.__name__
-
-    @property
-    def reads_only(self) -> bool:
-        return self.hints["readOnlyHint"]
-
-    def tool(self) -> Tool:
-        """The FastMCP tool: the function within its deadline, every failure a `FleetError`."""
-        fn, deadline = self.fn, self.deadline
-
-        @functools.wraps(fn)
-        async def call(**arguments: Any) -> Any:
-            seconds = deadline(services_of(get_context()).fleet.settings, arguments)
-            async with within(seconds, fn.__name__):
-                return await fn(**arguments)
-
-        made = Tool.from_function(guarded(call), title=self.title, tags={"read" if self.reads_only else "write"},
-                                  annotations=ToolAnnotations.model_validate(self.hints))
-        return made.model_copy(update={"output_schema": nullable_as_type(made.output_schema)})
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(create_agent, "Create agent", WRITE, deadlines.create),
-    ToolSpec(stop_agent, "Stop agent", {**WRITE, "idempotentHint": True}, deadlines.build),
-    ToolSpec(start_agent, "Start agent", {**WRITE, "idempotentHint": True}, deadlines.build),
-    ToolSpec(list_agents, "List agents", READ),
-    ToolSpec(show_agent, "Show agent", READ),
-    ToolSpec(show_agent_task_history, "Show agent task history", READ),
-    ToolSpec(show_agent_log, "Show agent log", READ),
-    ToolSpec(delete_agent, "Delete agent", {**WRITE, "destructiveHint": True, "idempotentHint": True},
-             deadlines.build),
-    ToolSpec(start_agent_task, "Start agent task", WRITE, deadlines.send),
-    ToolSpec(cancel_agent_task, "Cancel agent task", {**WRITE, "destructiveHint": True}, deadlines.cancel),
-    ToolSpec(answer_agent, "Answer agent", WRITE, deadlines.send),
-    ToolSpec(get_agent_result, "Get agent result", READ),
-    ToolSpec(show_agent_diff, "Show agent diff", READ),
-    ToolSpec(wait_for_agents, "Wait for agents", READ, deadlines.wait),
-    ToolSpec(show_agents, "Show agents", READ),
-    ToolSpec(list_agent_roles, "List agent roles", READ),
-    ToolSpec(list_agent_projects, "List agent projects", READ),
-)
-
-
-def register(mcp: FastMCP, *, read_only: bool = False) -> list[ToolSpec]:
-    """Add the fleet's tools to a FastMCP server whose lifespan yields {"services"} or {"users"} (`users`);
-    with `read_only`, the tools tagged `write` are hidden and cannot be called. Answers the tools served."""
-    for spec in TOOLS:
-        mcp.add_tool(spec.tool())
-    if read_only:
-        mcp.disable(tags={"write"})
-    return [spec for spec in TOOLS if spec.reads_only or not read_only]
-
-
-def instructions(served: Sequence[ToolSpec], *, read_only: bool = False) -> str:
-    """The server's instructions: what it is for, then each served tool with its description's first sentence."""
-    lines = ["Run a fleet of Claude Code agents, each in its own Coder workspace."]
-    if read_only:
-        lines.append("This server is read-only: it watches the fleet but cannot create, task or delete agents.")
-    lines.append("Tools:")
-    for spec in served:
-        text = " ".join((spec.fn.__doc__ or "").split())
-        lines.append(f"- {spec.name}: {text.split('. ')[0].rstrip('.')}.")
-    lines.append("Errors are JSON objects {error, message, details}.")
-    return "\n".join(lines)

@@ -52,7 +52,7 @@ async def test_an_unknown_tool_is_a_bad_request_listing_the_tools(tools):
 
 
 def test_optional_scalars_are_written_as_a_type_list():
-    from fleet_mcp.tools import nullable_as_type
+    from fleet_mcp.registry import nullable_as_type
 
     optional = {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "description": "d"}
     assert nullable_as_type(optional) == {"type": ["string", "null"], "default": None, "description": "d"}

@@ -1,0 +1,130 @@
+"""The tool table: each tool with its title, hints and deadline; registering it on a server; and the
+server's instructions, which describe the tools served to the calling model.
+
+`register` adds every tool of `TOOLS` to a FastMCP server within its deadline, each failure answered as
+the contract's error envelope (`errors.guarded`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastmcp import FastMCP
+from fastmcp.server.dependencies import get_context
+from fastmcp.tools import Tool
+from mcp.types import ToolAnnotations
+
+from . import deadlines
+from .deadlines import Deadline, deadline_of_a_read
+from .errors import guarded
+from .fleet.polling import within
+from .serving.users import services_of
+from .tools import (
+    answer_agent, cancel_agent_task, create_agent, delete_agent, get_agent_result, list_agent_projects,
+    list_agent_roles, list_agents, show_agent, show_agent_diff, show_agent_log, show_agent_task_history,
+    show_agents, start_agent, start_agent_task, stop_agent, wait_for_agents,
+)
+
+__all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]
+
+READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True}
+WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
+
+
+def nullable_as_type(schema: Any) -> Any:
+    """`schema` with each optional scalar (`anyOf: [{type: T, ...}, {type: null}]`, pydantic's `T | None`)
+    written `type: [T, "null"]`: the same rule, shorter in the calling model's context, and far cheaper for
+    a client validating every answer (a JSON Schema validator tries each `anyOf` branch in turn)."""
+    if isinstance(schema, list):
+        return [nullable_as_type(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    node = {k: nullable_as_type(v) for k, v in schema.items()}
+    branches = node.get("anyOf")
+    if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+        other = next(b for b in branches if b != {"type": "null"})
+        if isinstance(other.get("type"), str) and not {"$ref", "anyOf", "oneOf", "allOf", "const"} & other.keys():
+            node = {k: v for k, v in node.items() if k != "anyOf"} | other | {"type": [other["type"], "null"]}
+            if "enum" in other:
+                node["enum"] = [*other["enum"], None]
+    return node
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool function with what the server adds to it: title, hints, and its overall deadline."""
+
+    fn: Callable[..., Awaitable[Any]]
+    title: str
+    hints: dict[str, bool]
+    deadline: Deadline = deadline_of_a_read
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    @property
+    def reads_only(self) -> bool:
+        return self.hints["readOnlyHint"]
+
+    def tool(self) -> Tool:
+        """The FastMCP tool: the function within its deadline, every failure a `FleetError`."""
+        fn, deadline = self.fn, self.deadline
+
+        @functools.wraps(fn)
+        async def call(**arguments: Any) -> Any:
+            seconds = deadline(services_of(get_context()).fleet.settings, arguments)
+            async with within(seconds, fn.__name__):
+                return await fn(**arguments)
+
+        made = Tool.from_function(guarded(call), title=self.title, tags={"read" if self.reads_only else "write"},
+                                  annotations=ToolAnnotations.model_validate(self.hints))
+        return made.model_copy(update={"output_schema": nullable_as_type(made.output_schema)})
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(create_agent, "Create agent", WRITE, deadlines.create),
+    ToolSpec(stop_agent, "Stop agent", {**WRITE, "idempotentHint": True}, deadlines.build),
+    ToolSpec(start_agent, "Start agent", {**WRITE, "idempotentHint": True}, deadlines.build),
+    ToolSpec(list_agents, "List agents", READ),
+    ToolSpec(show_agent, "Show agent", READ),
+    ToolSpec(show_agent_task_history, "Show agent task history", READ),
+    ToolSpec(show_agent_log, "Show agent log", READ),
+    ToolSpec(delete_agent, "Delete agent", {**WRITE, "destructiveHint": True, "idempotentHint": True},
+             deadlines.build),
+    ToolSpec(start_agent_task, "Start agent task", WRITE, deadlines.send),
+    ToolSpec(cancel_agent_task, "Cancel agent task", {**WRITE, "destructiveHint": True}, deadlines.cancel),
+    ToolSpec(answer_agent, "Answer agent", WRITE, deadlines.send),
+    ToolSpec(get_agent_result, "Get agent result", READ),
+    ToolSpec(show_agent_diff, "Show agent diff", READ),
+    ToolSpec(wait_for_agents, "Wait for agents", READ, deadlines.wait),
+    ToolSpec(show_agents, "Show agents", READ),
+    ToolSpec(list_agent_roles, "List agent roles", READ),
+    ToolSpec(list_agent_projects, "List agent projects", READ),
+)
+
+
+def register(mcp: FastMCP, *, read_only: bool = False) -> list[ToolSpec]:
+    """Add the fleet's tools to a FastMCP server whose lifespan yields {"services"} or {"users"} (`users`);
+    with `read_only`, the tools tagged `write` are hidden and cannot be called. Answers the tools served."""
+    for spec in TOOLS:
+        mcp.add_tool(spec.tool())
+    if read_only:
+        mcp.disable(tags={"write"})
+    return [spec for spec in TOOLS if spec.reads_only or not read_only]
+
+
+def instructions(served: Sequence[ToolSpec], *, read_only: bool = False) -> str:
+    """The server's instructions: what it is for, then each served tool with its description's first sentence."""
+    lines = ["Run a fleet of Claude Code agents, each in its own Coder workspace."]
+    if read_only:
+        lines.append("This server is read-only: it watches the fleet but cannot create, task or delete agents.")
+    lines.append("Tools:")
+    for spec in served:
+        text = " ".join((spec.fn.__doc__ or "").split())
+        lines.append(f"- {spec.name}: {text.split('. ')[0].rstrip('.')}.")
+    lines.append("Errors are JSON objects {error, message, details}.")
+    return "\n".join(lines)
