@@ -42,7 +42,7 @@ from processes import free_port
 from support import TOOLS as ALL_TOOLS
 from support import CheckedTransport, Tools, fleet_settings
 
-from fleet_mcp.coder import client as coder_client
+from fleet_mcp.coder import exchange as coder_exchange
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.coder.errors import CoderError
@@ -214,8 +214,8 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     emulator = Emulator(token=SECRET)
     # Backoff scaled down so bursts clear in milliseconds; the logic under test is unchanged.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(coder_client, "_BACKOFF_FIRST_S", 0.01)
-        mp.setattr(coder_client, "_JITTER_S", 0.005)
+        mp.setattr(coder_exchange, "_BACKOFF_FIRST_S", 0.01)
+        mp.setattr(coder_exchange, "_JITTER_S", 0.005)
         async with running(emulator) as url:
             common = {"coder_session_token": SECRET, "connect_timeout_s": 0.3, "poll_interval_s": 0.01,
                       "cancel_wait_s": 1.0, "delete_wait_s": 1.0, "agent_error_wait_s": 0.1}
