@@ -21,6 +21,7 @@ from processes import Emulated, Lines, child_pids, emulator_process, stop
 
 TOKEN = "bench-token"
 STANDIN = Path(__file__).with_name("standin.py")
+RUNNER_TEMPLATE = "fleet-runner"
 
 
 def real_listing() -> Path | None:
@@ -44,12 +45,17 @@ class Coder:
         r.raise_for_status()
         return r.json()
 
-    def reseed(self, agents: int, prefix: str = "bench") -> list[str]:
-        """The emulator holds the demo seed plus `agents` running fleet agents, named `<prefix>-0001`..."""
+    def reseed(self, agents: int, prefix: str = "bench", runner: bool = False) -> list[str]:
+        """The emulator holds the demo seed plus `agents` running fleet agents, named `<prefix>-0001`...;
+        `runner`: of a template whose agents offer the runner's app (`fleet`), which the stand-in answers."""
         self._call(self.emulator, "POST", "/emulator/reset", {"seed": "demo"})
         if not agents:
             return []
-        return self._call(self.emulator, "POST", "/emulator/fleet", {"count": agents, "prefix": prefix})["names"]
+        fleet = {"count": agents, "prefix": prefix}
+        if runner:
+            self._call(self.emulator, "POST", "/emulator/templates", {"name": RUNNER_TEMPLATE, "apps": ["fleet"]})
+            fleet["template"] = RUNNER_TEMPLATE
+        return self._call(self.emulator, "POST", "/emulator/fleet", fleet)["names"]
 
     def record(self, later: bool = False) -> None:
         """From now on requests go to the emulator and their answers are kept (`later`: as what Coder

@@ -34,6 +34,10 @@ same way. The bench process imports neither fleet_mcp nor the emulator. Figures 
 - Issue 24: change_summary_ms, the runner's summary of a task's changes after a turn (its end point and
   the task's and the agent's summaries) in a repository of 10,000 files with 100 changed: git's own speed,
   measured by bench/changes.py in a process of its own (median of the runs; change_start_ms: the start point).
+  On runner agents (bench/runner_agents.py; the stand-in answers their app routes as `fleet-mcp runner` would after a
+  turn that changed files): show_agents_20_runner_latencies (show_agents of 20 with change summaries, wall /
+  latency), get_agent_result_requests and _routes, get_agent_result_round_trips (dependent round trips, counted
+  as show_agent's: the workspace lookup and one to the agent make 2).
 - standin_cost_ms (one answer's round trip at no latency, raw socket client) and
   standin_latency_error_ms (how much longer than the latency it held a request): the instrument's cost.
 """
@@ -56,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/
 
 from coder import coder, real_listing
 from measures import Bench
+from runner_agents import runner_agents
 
 PHASE_TIMEOUT_S = 300.0
 CHANGES = Path(__file__).resolve().parent / "changes.py"
@@ -74,6 +79,9 @@ TARGETS = [
     ("wait_seen_after_s", 2.0, "s (one poll interval)", "issue 13"),
     ("show_agents_20_latencies", 3.0, "x latency", "issue 13"),
     ("change_summary_ms", 300, "ms", "issue 24"),
+    ("show_agents_20_runner_latencies", 2.0, "x latency", "issue 24"),
+    # one round trip to the agent after the workspace lookup
+    ("get_agent_result_round_trips", 2, "dependent round trips", "issue 24"),
 ]
 NEEDS = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
          "wait_seen_after_s": "wait_for_agents",
@@ -106,7 +114,7 @@ async def measure(args: argparse.Namespace) -> dict:
         phases = {"calls": lambda: bench.calls(calls, runs), "cold_starts": lambda: bench.cold_starts(cold_runs),
                   "server_cpu": lambda: bench.server_cpu(cpu_calls), "bare_calls": lambda: bench.bare_calls(calls),
                   "list_sizes": lambda: bench.list_sizes(sizes, runs), "issue_13": lambda: bench.issue_13(runs),
-                  "changes": lambda: changes(runs)}
+                  "runner_agents": lambda: runner_agents(bench, runs), "changes": lambda: changes(runs)}
         result["phase_s"] = {}
         for name, phase in phases.items():
             t0 = time.perf_counter()
@@ -235,6 +243,13 @@ def table(r: dict) -> str:
                + ")")),
         row("show_agents, 20 agents, wall / latency", na(r["show_agents_20_latencies"], "{}x"),
             "show_agents_20_latencies"),
+        row("show_agents, 20 runner agents with change summaries, wall / latency",
+            f"{r['show_agents_20_runner_wall_ms']:.1f} ms = {r['show_agents_20_runner_latencies']}x",
+            "show_agents_20_runner_latencies"),
+        row("get_agent_result, runner agent: Coder requests, dependent round trips",
+            f"{r['get_agent_result_requests']} ({r['get_agent_result_wall_ms']:.1f} ms), "
+            f"{r['get_agent_result_round_trips']} (at {r['round_trip_latency_ms']:g} ms)",
+            "get_agent_result_round_trips"),
         changes_row(r, row),
     ]
     header = ("measure", "value", "target", "")
@@ -245,7 +260,7 @@ def table(r: dict) -> str:
     lines = [title, ""]
     for cells in [header, *rows]:
         lines.append("  ".join(c.ljust(widths[i]) if i < 3 else c for i, c in enumerate(cells)).rstrip())
-    for tool in ("show_agent", "create_agent"):
+    for tool in ("show_agent", "create_agent", "get_agent_result"):
         lines.append(f"\n{tool}'s Coder requests, in order:\n  " + "\n  ".join(r[f"{tool}_routes"]))
     if r["tools_missing"]:
         lines.append(f"\nn/a: the server does not list {', '.join(r['tools_missing'])} yet")

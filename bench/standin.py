@@ -5,7 +5,10 @@
         [--real-listing ../shared/reference/coder/recorded/list_workspaces_success.yaml]
 
 In `record` mode every request goes on to the upstream (the emulator) and its answer is kept under
-method + path + query (the request line's target, as sent); in `replay` mode the answer comes from
+method + path + query (the request line's target, as sent), but for a runner agent's app (path app
+`fleet`): those the stand-in answers itself as `fleet-mcp runner` would after one finished turn that
+changed files (`runner_answer`: /state with its change summary, /results with the changes), any
+X-Fleet-Runner-Key accepted; in `replay` mode the answer comes from
 that dict after a fixed injected latency, or is a 404 (a miss, counted) for a request never seen.
 Control routes, never recorded nor counted:
 
@@ -34,6 +37,7 @@ import argparse
 import asyncio
 import http
 import json
+import re
 import socket
 import sys
 import time
@@ -46,6 +50,13 @@ DRIVER_SLUGS = {"fleet", "ccw"}  # the apps the fleet drives: a real one of thos
 AGENT_BULK = ("scripts", "log_sources", "environment_variables")  # most of a real agent's bytes
 HOP_HEADERS = {"host", "content-length", "connection", "accept-encoding", "keep-alive", "transfer-encoding"}
 UPSTREAM_TIMEOUT_S = 30.0
+RUNNER_APP = re.compile(r"^/@[^/]+/(?P<workspace>[^/.]+)[^/]*/apps/fleet/(?P<rest>[^?]*)")  # the runner's slug
+FINISHED = "2026-11-24T12:00:00Z"
+CHANGES = {"repository": "/home/coder/work", "branch": "fleet/bench", "start_commit": "a" * 40, "end_commit": "b" * 40,
+           "commits": [{"sha": "b" * 40, "subject": "Bench: the change"}, {"sha": "c" * 40, "subject": "Bench: tests"}],
+           "commits_total": 2, "files_total": 3, "added_lines": 120, "removed_lines": 8, "note": None,
+           "files": [{"path": f"src/mod{i}.py", "change": "modified", "old_path": None, "added_lines": 40,
+                      "removed_lines": 8 if i == 0 else 0, "binary": False} for i in range(3)]}
 
 
 def response(status: int, body: bytes, content_type: str = "application/json") -> bytes:
@@ -102,6 +113,34 @@ def real_sized_answer(body: bytes, real: dict) -> tuple[bytes, list[int]]:
     return json.dumps(data, separators=(",", ":")).encode(), sizes
 
 
+def runner_answer(method: str, target: str) -> bytes | None:
+    """What `fleet-mcp runner` (fleet_mcp/runner/app.py) answers on a runner agent's app route, idle after
+    one succeeded turn that changed 3 files in 2 commits; None for any other request."""
+    found = RUNNER_APP.match(target)
+    if found is None:
+        return None
+    rest = found["rest"]
+    if (method, rest) == ("GET", "state"):
+        answer: dict = {"state": "idle", "since": FINISHED, "session_id": f"session-{found['workspace']}",
+                        "model": "claude-sonnet-4-5", "current_task": None, "pending": None, "answered": [],
+                        "error": None, "queued": 0, "turns": 1, "cost_usd": 0.0421, "last_activity_at": FINISHED,
+                        "last_turn": "succeeded", "last_cost_usd": 0.0421,
+                        "changes_summary": "3 files, +120 \u22128, 2 commits"}
+    elif (method, rest) == ("GET", "results"):
+        answer = {"results": [{"task": "Benchmark agent", "text": "Done: three modules changed, tests pass.",
+                               "is_error": False, "subtype": "success", "num_turns": 6, "duration_ms": 41000,
+                               "total_cost_usd": 0.0421, "session_id": f"session-{found['workspace']}",
+                               "finished_at": FINISHED, "pull_request_url": None, "interrupted": False,
+                               "changes": CHANGES, "changes_unavailable": None, "structured": None}]}
+    elif (method, rest) == ("GET", "messages"):
+        answer = {"messages": []}
+    elif (method, rest) == ("GET", "health"):
+        answer = {"status": "ok"}
+    else:
+        return response(404, b'{"error": "not_found", "message": "no such route on the bench runner"}')
+    return response(200, json.dumps(answer).encode())
+
+
 class Book:
     """The recorded answers, the mode, and what replay has counted."""
 
@@ -139,6 +178,9 @@ class Book:
                 if self.workspace_bytes else None}
 
     async def record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> bytes:
+        if (raw := runner_answer(method, target)) is not None:
+            self.book[(method, target)] = raw
+            return raw
         url = httpx.URL(str(self.upstream.base_url).rstrip("/")).copy_with(raw_path=target.encode("latin-1"))
         sent = {k: v for k, v in headers.items() if k not in HOP_HEADERS}
         answer = await self.upstream.request(method, url, headers=sent, content=body)

@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 TIMEOUT_S = 240
 ISSUE_11 = {"show_agent_latencies", "create_agent_requests", "tool_overhead_ratio", "server_cpu_ratio",
             "cold_start_ratio", "rss_ratio"}
+ISSUE_24 = {"change_summary_ms", "show_agents_20_runner_latencies", "get_agent_result_round_trips"}
 ISSUE_13 = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
             "wait_seen_after_s": "wait_for_agents", "show_agents_20_latencies": "show_agents"}
 
@@ -81,7 +82,7 @@ def test_list_agents_asks_coder_the_same_few_requests_whatever_the_fleet_size(fi
 
 def test_every_target_has_a_verdict_and_n_a_means_the_tool_is_missing(figures):
     t, missing = figures["targets"], set(figures["tools_missing"])
-    assert set(t) == ISSUE_11 | set(ISSUE_13) | {"list_agents_requests", "list_agents_100_wall_ms", "change_summary_ms"}
+    assert set(t) == ISSUE_11 | set(ISSUE_13) | ISSUE_24 | {"list_agents_requests", "list_agents_100_wall_ms"}
     assert number(figures["change_summary_ms"], 1, 60_000) and figures["change_files_total"] == 100
     assert all({"value", "target", "source", "pass"} <= set(v) for v in t.values())
     for name, verdict in t.items():
@@ -93,3 +94,16 @@ def test_every_target_has_a_verdict_and_n_a_means_the_tool_is_missing(figures):
     for name, tool in ISSUE_13.items():
         if tool not in missing and name != "wait_first_progress_s":  # a wait may send no progress: a MISS
             assert number(figures[name], 0, 1_000), name
+
+
+def test_runner_agents_are_measured_through_their_app_routes(figures):
+    f = figures
+    routes = f["get_agent_result_routes"]
+    assert len(routes) == f["get_agent_result_requests"] >= 2
+    assert any(r.startswith("GET /api/v2/") for r in routes)  # the workspace lookup
+    assert "GET /@demo/bench-0001.main/apps/fleet/results" in routes  # the changes come from the runner
+    assert 1 <= f["get_agent_result_round_trips"] <= f["get_agent_result_requests"]
+    assert number(f["get_agent_result_wall_ms"], f["latency_ms"] * f["get_agent_result_round_trips"], 10_000)
+    # show_agents waited on the stand-in at least once: a lookup and each runner's /state
+    assert number(f["show_agents_20_runner_wall_ms"], f["latency_ms"], 60_000)
+    assert number(f["show_agents_20_runner_latencies"], 1, 500)

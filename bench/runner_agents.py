@@ -1,0 +1,55 @@
+"""Issue 24's figures on runner agents: show_agents of 20 with change summaries, and get_agent_result.
+
+The stand-in answers the runner's app routes itself (`standin.runner_answer`: one finished turn that
+changed files), the workspaces are the emulator's, of a template offering the runner's app.
+"""
+
+from __future__ import annotations
+
+from coder import call, stdio_session
+from measures import Bench, med, ms
+
+SHOW_AGENTS = 20
+SUMMARY = "3 files, +120 \u22128, 2 commits"  # what the stand-in's runners say in /state
+
+
+async def runner_agents(bench: Bench, runs: int) -> dict:
+    """show_agents of 20 runner agents: wall / latency; get_agent_result on one: its Coder requests, their
+    routes, and its dependent round trips (wall / the round-trip latency, rounded)."""
+    names = bench.coder.reseed(SHOW_AGENTS, runner=True)
+    bench.coder.record()
+    async with stdio_session(bench.fleet_cmd, bench.fleet_env, bench.workdir) as (session, _):
+        await session.initialize()
+        await call(session, "show_agents", agent_names=names)
+        await call(session, "get_agent_result", agent_name=names[0])
+
+        bench.coder.replay(bench.latency_ms)
+        walls = []
+        for _ in range(runs):
+            wall, stats, answer = await bench.timed(session, "show_agents", agent_names=names)
+            bench.misses(stats)
+            summaries = {a["name"]: a.get("changes_summary") for a in answer["agents"]}
+            if summaries != dict.fromkeys(names, SUMMARY):
+                raise RuntimeError(f"show_agents answered other change summaries: {str(summaries)[:300]}")
+            walls.append(wall)
+        results = []
+        for _ in range(runs):
+            wall, stats, answer = await bench.timed(session, "get_agent_result", agent_name=names[0])
+            bench.misses(stats)
+            if answer.get("driver") != "runner" or (answer.get("changes") or {}).get("files_total") != 3:
+                raise RuntimeError(f"get_agent_result answered no runner's changes: {str(answer)[:300]}")
+            results.append((wall, stats))
+
+        rt_latency = bench.args.round_trip_latency_ms
+        bench.coder.replay(rt_latency)
+        rt_walls = []
+        for _ in range(runs):
+            wall, stats, _ = await bench.timed(session, "get_agent_result", agent_name=names[0])
+            bench.misses(stats)
+            rt_walls.append(wall)
+    return {"show_agents_20_runner_latencies": round(med(walls) * 1e3 / bench.latency_ms, 2),
+            "show_agents_20_runner_wall_ms": ms(med(walls)),
+            "get_agent_result_wall_ms": ms(med(w for w, _ in results)),
+            "get_agent_result_requests": int(med(s["requests"] for _, s in results)),
+            "get_agent_result_routes": results[-1][1]["routes"],
+            "get_agent_result_round_trips": round(med(rt_walls) * 1e3 / rt_latency)}
