@@ -17,7 +17,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .changes import PAGE_MAX, DiffRefused
-from .session import Conflict, Conversation, StalePrompt
+from .prompts import Conflict, StalePrompt
+from .session import Conversation
 from .typed import invalid_schema
 
 __all__ = ["BODY_MAX", "build_app"]

@@ -11,55 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import sdk, typed
 from .changes import ChangeLog, line
+from .prompts import Conflict, Prompts
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
 from .store import Message, Result, Saved, Store, now_iso
 
-__all__ = ["ANSWERED_KEPT", "Conflict", "Conversation", "Pending", "StalePrompt"]
+__all__ = ["Conversation"]
 
 log = logging.getLogger("fleet_mcp.runner")
 INTERRUPT_WAIT_S = 10.0
 RUNNING = ("working", "needs_input")
-ANSWERED_KEPT = 50  # answered prompts remembered, so a caller whose reply was lost can learn what became of it
 LOST_SESSION = "No conversation found with session ID"  # Claude Code's words when `resume` names no transcript
-
-
-class Conflict(Exception):
-    """A request the conversation's state does not allow (HTTP 409 with this code)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class Pending:
-    """A tool call waiting for the fleet's allow or deny."""
-
-    id: str
-    tool: str
-    summary: str
-    since: str
-    answer: asyncio.Future[Any] = field(repr=False)
-
-    def json(self) -> dict[str, Any]:
-        return {"id": self.id, "tool": self.tool, "summary": self.summary, "since": self.since}
-
-
-class StalePrompt(Conflict):
-    """An answer named a prompt that no longer waits; `pending` is what waits now (or None)."""
-
-    def __init__(self, prompt_id: str, pending: Pending | None, answered: dict[str, str] | None) -> None:
-        now = f"prompt {pending.id} ({pending.tool}) waits now" if pending else "no prompt waits now"
-        said = f"it was answered {answered['decision']} at {answered['at']}" if answered else "it is not pending"
-        super().__init__("stale_prompt", f"prompt {prompt_id}: {said}; {now}")
-        self.pending, self.answered = pending, answered
 
 
 class Conversation:
@@ -74,8 +40,7 @@ class Conversation:
         self.state = "starting"
         self.since = now_iso()
         self.error: str | None = None
-        self.pending: Pending | None = None
-        self.answered: list[dict[str, str]] = []  # newest last: {id, decision, by, at}
+        self.prompts = Prompts()
         self.current_task: str | None = self.saved.results[-1].task if self.saved.results else None
         self.last_activity_at: str | None = None
         self._client: Any = None
@@ -98,7 +63,8 @@ class Conversation:
     def state_json(self) -> dict[str, Any]:
         return {"state": self.state, "since": self.since, "session_id": self.saved.session_id,
                 "model": self.saved.model, "current_task": self.current_task,
-                "pending": self.pending.json() if self.pending else None, "answered": self.answered[-10:],
+                "pending": self.prompts.pending.json() if self.prompts.pending else None,
+                "answered": self.prompts.answered[-10:],
                 "error": self.error,
                 "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
                 "last_activity_at": self.last_activity_at, **self._last_turn_json()}
@@ -146,9 +112,7 @@ class Conversation:
         if self.state not in RUNNING or self._client is None:
             raise Conflict("not_running", f"no turn is running (the agent is {self.state})")
         self._interrupted = True
-        if self.pending and not self.pending.answer.done():
-            self.pending.answer.set_result((False, "Interrupted by the fleet."))
-            self._answered(self.pending.id, "deny", "interrupt")
+        self.prompts.deny("Interrupted by the fleet.", "interrupt")
         if not self._sent:
             return  # `_query` ends the turn before Claude Code hears it
         try:
@@ -160,23 +124,8 @@ class Conversation:
     def answer(self, allow: bool, message: str, prompt_id: str | None = None) -> None:
         """Allows or denies the pending tool call, only if it is `prompt_id` (when given): an answer never
         lands on a prompt its sender did not see. Conflict when nothing waits, StalePrompt for another."""
-        pending = self.pending if self.pending is not None and not self.pending.answer.done() else None
-        if prompt_id is not None and (pending is None or pending.id != prompt_id):
-            raise StalePrompt(prompt_id, pending, self.answer_of(prompt_id))
-        if pending is None:
-            raise Conflict("nothing_pending", "no permission is waiting for an answer")
-        pending.answer.set_result((allow, message))
-        self._answered(pending.id, "allow" if allow else "deny", "fleet")
-        self.pending = None
+        self.prompts.answer(allow, message, prompt_id)
         self._set_state("working")
-
-    def answer_of(self, prompt_id: str) -> dict[str, str] | None:
-        """How prompt `prompt_id` was answered, if it was lately."""
-        return next((a for a in reversed(self.answered) if a["id"] == prompt_id), None)
-
-    def _answered(self, prompt_id: str, decision: str, by: str) -> None:
-        self.answered.append({"id": prompt_id, "decision": decision, "by": by, "at": now_iso()})
-        del self.answered[:-ANSWERED_KEPT]
 
     # --- the SDK session --------------------------------------------------------------------------------------
 
@@ -212,7 +161,7 @@ class Conversation:
                 raise ConnectionError("Claude Code exited")
             except Exception as exc:  # noqa: BLE001 - any SDK or CLI failure: report it, wait for a retry
                 self._client = None
-                self._drop_pending()
+                self.prompts.drop()
                 if self.saved.session_id and LOST_SESSION in str(exc):
                     # Claude Code's transcript is gone (a new HOME?): a new conversation beats none at all.
                     log.warning("session %s is gone from Claude Code; starting a new one", self.saved.session_id)
@@ -353,7 +302,7 @@ class Conversation:
     def _finish(self, result: Result) -> None:
         if self.state not in RUNNING:
             return  # a result for a turn already given up on
-        self._drop_pending()
+        self.prompts.drop()
         self.saved.results.append(result)
         self.saved.turns += 1
         self.saved.cost_usd += result.total_cost_usd or 0.0
@@ -366,32 +315,15 @@ class Conversation:
 
     async def _can_use_tool(self, tool: str, tool_input: dict[str, Any], context: Any) -> Any:
         summary = sdk.summarize(tool, tool_input)
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        # The runner's own id, not the API's tool_use_id: unique whatever the model's stream says.
-        pending = Pending(f"p-{uuid.uuid4().hex[:16]}", tool, summary, now_iso(), answer)
-        self.pending = pending
+        pending = self.prompts.ask(tool, summary)
         self._set_state("needs_input")
         self.reporter.needs_input(pending.id, tool, summary, pending.since)
-        timeout = self.settings.permission_timeout_s
-        try:
-            allow, message = await asyncio.wait_for(asyncio.shield(answer), timeout)
-        except TimeoutError:
-            allow, message = False, f"No answer within {timeout:g} s, so the fleet denied this."
-            self._answered(pending.id, "deny", "timeout")
-        finally:
-            if self.pending is not None and self.pending.answer is answer:
-                self.pending = None
+        allow, message = await self.prompts.wait(pending, self.settings.permission_timeout_s)
         if self.state == "needs_input":
             self._set_state("working")
         if self.state == "working" and not self._interrupted:
             self.reporter.working(self.current_task or "")
         return sdk.decision(allow, message, self._interrupted)
-
-    def _drop_pending(self) -> None:
-        if self.pending and not self.pending.answer.done():
-            self.pending.answer.set_result((False, "The turn ended."))
-            self._answered(self.pending.id, "deny", "turn_ended")
-        self.pending = None
 
     def _add(self, role: str, content: str) -> None:
         self.saved.messages.append(Message(self.saved.next_message_id, role, content, now_iso()))

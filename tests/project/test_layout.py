@@ -14,7 +14,7 @@ EMULATOR = PACKAGE / "emulator"
 MAX_LINES = 360  # issue 21: "no module outside emulator/ over ~350 lines"
 # Over the limit for now, each held by work in flight on issue 21 (client and schemas: the leaf client and slim
 # parsing; session and tools: the runner's and the tools' own changes); split once that work has landed.
-NOT_YET_SPLIT = {"coder/schemas.py", "runner/session.py"}
+NOT_YET_SPLIT = {"coder/schemas.py"}
 
 
 def modules(root: Path) -> list[Path]:
