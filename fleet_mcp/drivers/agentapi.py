@@ -17,7 +17,7 @@ import pydantic
 
 from ..coder import errors as ce
 from ..coder.client import App, CoderClient
-from ..coder.schemas import LenientModel, Text, Timestamp
+from ..coder.lenient import LenientModel, Text, Timestamp
 from ..fleet.polling import until
 from .base import (
     Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from ..coder import errors as ce
 from ..coder.bounded import Limit
 from ..coder.client import APP_HEADERS, App, CoderClient
-from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
+from ..coder.lenient import LenientModel, ListOf, Text, Timestamp
 from .base import (
     Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
     TurnEnd, TurnResult, Unkeyed, Unreachable, oversized,

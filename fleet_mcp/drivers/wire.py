@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..coder.schemas import LenientModel, ListOf, Text, Timestamp
+from ..coder.lenient import LenientModel, ListOf, Text, Timestamp
 from .base import Message
 
 __all__ = ["ConversationPage", "WireMessage"]

@@ -1,0 +1,74 @@
+"""Lenient parsing of the Go services' JSON (Coder, AgentAPI, the runner): the base model and field types.
+
+Unknown fields are ignored; Go's nil slices arrive as `null` and become `[]`, null strings become `""`,
+and every timestamp becomes an aware UTC `datetime` (Go's zero time `0001-01-01T00:00:00Z` becomes None).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+
+__all__ = ["EPOCH", "LenientModel", "ListOf", "Text", "Timestamp", "Unescaped", "parse_timestamp"]
+
+_T = TypeVar("_T")
+
+# Go emits up to nine fractional digits; datetime keeps six.
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """RFC 3339 (any offset, up to nanoseconds) → aware UTC datetime; zero time/empty → None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:  # what Coder sends (Python 3.11 reads its Z and nine digits); a listing holds hundreds
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            value = datetime.fromisoformat(_FRACTION.sub(r"\1", value.strip().upper()).replace("Z", "+00:00"))
+    if not isinstance(value, datetime):
+        raise ValueError(f"not a timestamp: {value!r}")
+    stamp: datetime = value
+    if stamp.year == 1:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.astimezone(timezone.utc)
+
+
+def _none_to_list(value: Any) -> Any:
+    return [] if value is None else value
+
+
+def _none_to_str(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _unescaped(value: Any) -> Any:
+    return html.unescape(value) if isinstance(value, str) else _none_to_str(value)
+
+
+Timestamp = Annotated[datetime | None, BeforeValidator(parse_timestamp)]
+Text = Annotated[str, BeforeValidator(_none_to_str)]
+if TYPE_CHECKING:
+    ListOf = Annotated[list[_T], "a list; Go's nil slice (null) reads as []"]
+else:  # After, not Before: a Before validator gets the raw JSON array as Python objects, unknown fields and all,
+    # and validating a real listing then costs twice the time (issue 21's list of 1,000).
+    ListOf = Annotated[list[_T] | None, AfterValidator(_none_to_list)]
+
+
+class LenientModel(BaseModel):
+    """Ignores unknown fields and is frozen; the base of every payload model."""
+
+    # defer_build: a model's validator is built when first used, not at import; start-up
+    # only reads BuildInfo and User, so the other models cost nothing until a tool needs them.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True, defer_build=True)
+
+
+# Coder stores some texts HTML-escaped (UISanitize): read them unescaped.
+Unescaped = Annotated[str, BeforeValidator(_unescaped)]
