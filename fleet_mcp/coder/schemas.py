@@ -8,11 +8,12 @@ parsing; nil slices, null strings and zero times read as `lenient` says.
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field, field_validator
+from typing_extensions import TypedDict
 
 from fleet_mcp.coder.lenient import EPOCH, LenientModel, ListOf, Text, Timestamp, Unescaped, parse_timestamp
 
 __all__ = [
-    "AgentHealth", "BuildInfo", "BuildParameter", "LenientModel", "ListOf",
+    "AgentHealth", "BuildInfo", "BuildResource", "BuildParameter", "LenientModel", "ListOf",
     "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
     "AppHost", "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
     "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
@@ -205,6 +206,8 @@ class WorkspaceApp(LenientModel):
     @field_validator("statuses")
     @classmethod
     def _newest_first(cls, statuses: list[WorkspaceAppStatus]) -> list[WorkspaceAppStatus]:
+        if len(statuses) < 2:  # most apps of a real agent report nothing
+            return statuses
         return sorted(statuses, key=lambda s: s.created_at or EPOCH, reverse=True)
 
 
@@ -234,6 +237,13 @@ class WorkspaceResource(LenientModel):
     agents: ListOf[WorkspaceAgent] = Field(default_factory=list)
 
 
+class BuildResource(TypedDict, total=False):
+    """A build's resource as a build is read: only its agents. A real build has a dozen resources without one
+    (volumes, environment settings); as plain dicts they cost a listing of 1,000 no 12,000 models."""
+
+    agents: ListOf[WorkspaceAgent]
+
+
 class WorkspaceBuild(LenientModel):
     id: str
     build_number: int = 0
@@ -247,14 +257,14 @@ class WorkspaceBuild(LenientModel):
     reason: Text = ""
     initiator_name: Text = ""
     job: ProvisionerJob = ProvisionerJob()
-    resources: ListOf[WorkspaceResource] = Field(default_factory=list)
+    resources: ListOf[BuildResource] = Field(default_factory=list)
     created_at: Timestamp = None
     updated_at: Timestamp = None
 
     @property
     def agents(self) -> list[WorkspaceAgent]:
         """Every agent of every resource of this build."""
-        return [agent for resource in self.resources for agent in resource.agents]
+        return [agent for resource in self.resources for agent in resource.get("agents", ())]
 
 
 class WorkspaceHealth(LenientModel):
