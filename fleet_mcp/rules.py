@@ -40,7 +40,7 @@ SCHEMA_MAX = 16_384  # bytes of a result_schema as JSON (the runner holds the sa
 
 def iso(dt: datetime | None) -> str | None:
     """ISO 8601 in UTC with `Z`, whatever offset Coder sent."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if dt else None
+    return dt.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z" if dt else None
 
 
 def valid_name(name: str, most: int = MAX_WORKSPACE_NAME) -> bool:

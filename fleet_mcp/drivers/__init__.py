@@ -38,8 +38,8 @@ class Slugs:
 
 def driver_app(agent: WorkspaceAgent, slugs: Slugs) -> WorkspaceApp | None:
     """The agent's runner or AgentAPI app (the runner's first), if it has one."""
-    by_slug = {a.slug: a for a in agent.apps}
-    return next((by_slug[s] for s in slugs.all() if s in by_slug), None)
+    apps = agent.apps
+    return next((app for slug in slugs.all() for app in apps if app.slug == slug), None)
 
 
 def agent_and_app(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceAgent | None, WorkspaceApp | None]:
