@@ -36,8 +36,10 @@ def parse_timestamp(value: Any) -> datetime | None:
     stamp: datetime = value
     if stamp.year == 1:
         return None
+    if stamp.tzinfo is timezone.utc:  # most of Coder's, read from `Z`
+        return stamp
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
+        return stamp.replace(tzinfo=timezone.utc)
     return stamp.astimezone(timezone.utc)
 
 
