@@ -1,0 +1,197 @@
+"""list_agents on a real-sized listing, in-process: where the fleet's CPU goes, part by part.
+
+    python bench/listing.py [--agents 1000] [--runs 7] [--profile]     # one JSON line (--profile: a table)
+
+Needs the recorded v2.27 listing (../shared/reference, or FLEET_MCP_REFERENCE_DIR). The listing is the one
+the bench's stand-in answers with real-sized bodies: the emulator's fleet of `--agents`, each workspace
+carrying the bulk of the recorded `test-recording-agent` (`standin.real_sized_answer`, ~47 KB). A process
+of its own serves it on loopback (HTTP/1.1, Content-Length), and `Fleet.list_agents` reads it through
+`CoderClient` as the server does. Every figure is CPU time (`time.process_time`), median of the runs:
+
+- `list_agents_ms`: the whole call, socket to `AgentList`;
+- `validate_ms`, `summaries_ms`, `drop_ms`: its parts on the same bytes (collector paused, as in the call);
+- references: pydantic-core validating the bytes into a model without fields (its JSON scan alone),
+  `json.loads`, and plain asyncio streams reading the bytes off the socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import importlib.util
+import json
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel
+
+from fleet_mcp.coder.client import CoderClient
+from fleet_mcp.coder.exchange import collection_paused
+from fleet_mcp.coder.schemas import WorkspacesPage
+from fleet_mcp.emulator import Emulator
+from fleet_mcp.fleet.agents import Fleet
+from fleet_mcp.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # tests/coder_spec.py: where the reference data is
+TOKEN = "bench-token"
+QUERY = "owner:me param:fleet_mcp_managed=true"
+
+
+class _Nothing(BaseModel):
+    """Reads no field: what validating costs beyond scanning the JSON is the models'."""
+
+
+def standin():
+    spec = importlib.util.spec_from_file_location("bench_standin", HERE / "standin.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def listing(agents: int) -> bytes:
+    """The real-sized answer to the fleet's listing of `agents` running agents."""
+    from coder_spec import reference_dir
+
+    found = reference_dir()
+    recorded = found / "coder" / "recorded" / "list_workspaces_success.yaml" if found else None
+    if recorded is None or not recorded.is_file():
+        raise SystemExit("needs the recorded listing: ../shared/reference or FLEET_MCP_REFERENCE_DIR")
+    emulator = Emulator(token=TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=emulator.app), base_url="http://coder.test",
+                                 headers={"Coder-Session-Token": TOKEN}, timeout=600) as coder:
+        (await coder.post("/emulator/fleet", json={"count": agents, "prefix": "bench"})).raise_for_status()
+        lean = (await coder.get("/api/v2/workspaces", params={"q": QUERY})).content
+    module = standin()
+    body, _ = module.real_sized_answer(lean, module.load_real_workspace(str(recorded)))
+    return body
+
+
+def serve(path: str) -> None:
+    """Answer every request on a loopback port (printed) with the file's bytes, keep-alive."""
+    body = Path(path).read_bytes()
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+
+    class Answer(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self.transport, self.buffer = transport, b""
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            while b"\r\n\r\n" in self.buffer:
+                _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+                self.transport.write(head + body)
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def cpu_ms(work, runs: int) -> float:
+    """Median CPU ms of `work()` (synchronous)."""
+    work()
+    times = []
+    for _ in range(runs):
+        started = time.process_time()
+        work()
+        times.append(time.process_time() - started)
+    return round(statistics.median(times) * 1e3, 1)
+
+
+async def measure(body: bytes, url: str, runs: int, profile: bool) -> dict:
+    async with CoderClient(url, TOKEN) as client:
+        fleet = Fleet(client, Settings(coder_url=url, coder_session_token=TOKEN))
+        total = len((await fleet.list_agents()).agents)
+        calls = []
+        for _ in range(runs):
+            started = time.process_time()
+            await fleet.list_agents()
+            calls.append(time.process_time() - started)
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(3):
+                await fleet.list_agents()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        port = httpx.URL(url).port
+        streams = [await _stream_read(port, len(body)) for _ in range(runs)]
+
+    def parts() -> tuple[float, float, float]:
+        with collection_paused():  # as in list_agents: the listing is read and dropped before a collection
+            t0 = time.process_time()
+            page = WorkspacesPage.model_validate_json(body)
+            t1 = time.process_time()
+            fleet._summaries(page.workspaces, None, None)
+            t2 = time.process_time()
+            del page
+            return t1 - t0, t2 - t1, time.process_time() - t2
+
+    measured = [parts() for _ in range(runs)]
+    gc.collect()
+    med = [round(statistics.median(m[i] for m in measured) * 1e3, 1) for i in range(3)]
+    return {"agents": total, "listing_bytes": len(body), "runs": runs,
+            "list_agents_ms": round(statistics.median(calls) * 1e3, 1),
+            "validate_ms": med[0], "summaries_ms": med[1], "drop_ms": med[2],
+            "reference_scan_only_ms": cpu_ms(lambda: _Nothing.model_validate_json(body), runs),
+            "reference_json_loads_ms": cpu_ms(lambda: json.loads(body), runs),
+            "reference_asyncio_read_ms": round(statistics.median(streams) * 1e3, 1)}
+
+
+async def _stream_read(port: int | None, size: int) -> float:
+    """CPU seconds plain asyncio streams take to read the answer off the socket (and join it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    started = time.process_time()
+    writer.write(b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n")
+    await reader.readuntil(b"\r\n\r\n")
+    parts, got = [], 0
+    while got < size:
+        parts.append(await reader.read(1 << 20))
+        got += len(parts[-1])
+    b"".join(parts)
+    spent = time.process_time() - started
+    writer.close()
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="print a cProfile table of list_agents too")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        return serve(args.serve)
+    body = asyncio.run(listing(args.agents))
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        f.write(body)
+    path = Path(f.name)
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = f"http://127.0.0.1:{server.stdout.readline().strip()}"
+        import fleet_mcp.server  # noqa: F401  the server's heap, as in the server (the collector walks it)
+
+        print(json.dumps(asyncio.run(measure(body, url, args.runs, args.profile))))
+    finally:
+        server.kill()
+        server.wait()
+        path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
