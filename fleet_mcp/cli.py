@@ -194,6 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
+    from .coder.bounded import keep_freed_memory
     from .server import build_server
     from .serving.run import serve_http, serve_stdio
 
@@ -201,6 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
     server = build_server(settings, transport=transport, user=who.user, stopping=stopping)
     gc.freeze()
     gc.enable()
+    keep_freed_memory()  # each read of a big fleet's listing reuses the last one's memory
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
     try:
         if sock is not None:
