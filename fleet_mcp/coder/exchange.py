@@ -147,9 +147,8 @@ class Exchange:
             (k, accept if k == "Accept" else v) for k, v in self._headers]
         headers = [*headers, *APP_HEADERS.get()]
         # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
-        url = _url(self._base + path if path.startswith("/") else path)
-        request = httpx.Request(method, url, params=params, json=json, headers=headers,
-                                extensions={"timeout": self._timeouts})
+        url = _url(self._base + path if path.startswith("/") else path, tuple(params.items()) if params else ())
+        request = httpx.Request(method, url, json=json, headers=headers, extensions={"timeout": self._timeouts})
         if self._connect_to:
             self._connect_to.route(request)
         response = await self._transport.handle_async_request(request)
@@ -340,10 +339,12 @@ def _tls() -> ssl.SSLContext:
 
 
 @lru_cache(maxsize=4096)
-def _url(url: str) -> httpx.URL:
-    """Parsed once: the same few paths (each agent's status and messages) are asked over and over, and
-    httpx checks every character of a URL it parses."""
-    return httpx.URL(url)
+def _url(url: str, params: tuple[tuple[str, str | int], ...] = ()) -> httpx.URL:
+    """Parsed once: the same few paths (each agent's status and messages, the fleet's listing at each poll)
+    are asked over and over, and httpx checks every character of a URL it parses; `params` merged in as
+    `httpx.Request(params=...)` would (30 us a listing request)."""
+    parsed = httpx.URL(url)
+    return parsed.copy_merge_params(dict(params)) if params else parsed
 
 
 @cache
