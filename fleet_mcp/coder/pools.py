@@ -61,6 +61,6 @@ class _Counted(httpx.AsyncByteStream):
             assert isinstance(self._stream, httpx.AsyncByteStream)
             await self._stream.aclose()
         finally:
-            if self._done is not None:
-                self._done, done = None, self._done
+            done, self._done = self._done, None
+            if done is not None:  # once, however often it is closed
                 done()
