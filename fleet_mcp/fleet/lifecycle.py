@@ -161,7 +161,10 @@ class Lifecycle:
                 raise
             ws, already = gone, True
         else:
+            sent = asyncio.get_running_loop().time()
             already = not await fleet.builds.transition(ws, "delete")
+            if not already:
+                self.cap.deleting(sent)
         said = "was already deleted" if already else "is being deleted"
         return DeleteResult(message=f"Agent {ws.name!r} {said}.", already_deleted=already,
                             deleted_agent=DeletedAgent(name=ws.name, workspace_id=ws.id))
