@@ -73,18 +73,16 @@ class Exchange:
     Without a token, only what Coder answers anyone (buildinfo). `transport` replaces the network (tests
     pass an ASGI transport or a loopback emulator). `request_timeout_s` bounds one request once connected,
     its answer read whole; `connect_timeout_s` connecting; reads that fail transiently are tried again for
-    up to `retry_budget_s` (writes never), and never past `deadline()` (loop time) when it answers one: the
-    caller's own deadline. `on_request` is called for every request sent (the caller counts them).
+    up to `retry_budget_s` (writes never), and never past the `deadline` (loop time) a call is given: the
+    caller's own. `on_request` is called for every request sent (the caller counts them).
     `connect_to` sends requests for some hosts to another address (curl's --connect-to; see `coder.apps`).
     Raises only `CoderError`s.
     """
 
     def __init__(self, url: str, token: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None,
                  request_timeout_s: float = 30.0, connect_timeout_s: float = 5.0, retry_budget_s: float = 20.0,
-                 on_request: Callable[[], None] | None = None,
-                 deadline: Callable[[], float | None] | None = None, connect_to: ConnectTo | None = None) -> None:
+                 on_request: Callable[[], None] | None = None, connect_to: ConnectTo | None = None) -> None:
         self.on_request = on_request
-        self._deadline = deadline
         self._retry_budget_s = retry_budget_s
         self._secret = token or None
         # Requests go straight to httpx's transport: the client layer (URL merging, cookies, auth and
@@ -163,16 +161,17 @@ class Exchange:
 
     @overload
     async def _request(self, method: str, path: str, model: type[T], *, params: dict[str, Any] | None = None,
-                       json: Any = None, limit: Limit = "record") -> T: ...
+                       json: Any = None, limit: Limit = "record", deadline: float | None = None) -> T: ...
 
     @overload
     async def _request(self, method: str, path: str, model: None, *, params: dict[str, Any] | None = None,
-                       json: Any = None, limit: Limit = "record") -> None: ...
+                       json: Any = None, limit: Limit = "record", deadline: float | None = None) -> None: ...
 
     async def _request(self, method: str, path: str, model: type[T] | None, *,
-                       params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record") -> Any:
-        """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body): typed as
-        `model` for its caller."""
+                       params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record",
+                       deadline: float | None = None) -> Any:
+        """Send, map failures to typed errors, retry if safe (never past `deadline`, a loop time), validate
+        into `model` (None: no body): typed as `model` for its caller."""
         call = _Call(method, path, params, json, model, bounded.LIMITS[limit])
         if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
             return await self._send_once(call)  # something; no budget, no second try
@@ -183,17 +182,17 @@ class Exchange:
         except CoderError as exc:
             if not _is_transient(exc):
                 raise
-            return await self._retried(exc, started, call)
+            return await self._retried(exc, started, call, deadline)
 
-    async def _retried(self, failure: CoderError, started: float, call: _Call) -> Any:
+    async def _retried(self, failure: CoderError, started: float, call: _Call, deadline: float | None) -> Any:
         """The read again after its first try failed with `failure`: exponential backoff with jitter (429: the
-        server's Retry-After), all within the retry budget counted from `started`."""
+        server's Retry-After), all within the retry budget counted from `started` and before `deadline`."""
         # Imported here: the start-up check of Coder has no retry budget, so start-up never needs tenacity.
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
 
         loop = asyncio.get_running_loop()
         budget = self._retry_budget_s
-        if self._deadline is not None and (deadline := self._deadline()) is not None:
+        if deadline is not None:
             budget = max(0.0, min(budget, deadline - started))
         if loop.time() - started >= budget:
             raise failure

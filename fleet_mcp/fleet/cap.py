@@ -107,7 +107,7 @@ class Cap:
         self.settings = settings
         self.headcount = Headcount()
 
-    async def tally(self) -> Tally:
+    async def tally(self, *, deadline: float | None) -> Tally:
         """The fleet's size before a create: the held count while it leaves two places free, else one small
         listing, and the whole fleet only when it is at the cap."""
         cap = self.settings.max_agents
@@ -118,12 +118,12 @@ class Cap:
         if held is not None and held + 2 <= cap:
             return Tally(held)
         asked = loop.time()
-        total = (await self.client.workspaces(FLEET_QUERY, limit=1)).count
+        total = (await self.client.workspaces(FLEET_QUERY, limit=1, deadline=deadline)).count
         if total < cap:
             self.headcount.saw(asked, total)  # those being deleted included: it errs high
             return Tally(total)
         asked = loop.time()
-        listed = (await self.client.workspaces(FLEET_QUERY)).workspaces
+        listed = (await self.client.workspaces(FLEET_QUERY, deadline=deadline)).workspaces
         agents = sum(counts(w) for w in listed)
         self.headcount.saw(asked, agents)
         return Tally(agents, len(listed) - agents)
@@ -145,7 +145,7 @@ class Cap:
                        "agents that are done (list_agents shows each one's last_activity_at; stopped ones cost "
                        "nothing running but still count), then create again.", **details)
 
-    async def confirm(self, ws: Workspace) -> None:
+    async def confirm(self, ws: Workspace, *, deadline: float | None) -> None:
         """After creating `ws`: return when it is within the cap; else take it back and answer `conflict`."""
         cap = self.settings.max_agents
         if not cap:
@@ -154,14 +154,14 @@ class Cap:
         self.headcount.moved(loop.time(), +1)
         seen: list[int] = []
 
-        async def verdict() -> bool | None:
+        async def verdict(by: float) -> bool | None:
             try:
                 asked = loop.time()
-                if (total := (await self.client.workspaces(FLEET_QUERY, limit=1)).count) <= cap:
+                if (total := (await self.client.workspaces(FLEET_QUERY, limit=1, deadline=by)).count) <= cap:
                     self.headcount.saw(asked, total)
                     return True
                 asked = loop.time()
-                live = [w for w in (await self.client.workspaces(FLEET_QUERY)).workspaces if counts(w)]
+                live = [w for w in (await self.client.workspaces(FLEET_QUERY, deadline=by)).workspaces if counts(w)]
             except ce.CoderError:
                 return None  # unknown yet: asked again until the wait ends, then taken back
             self.headcount.saw(asked, len(live))
@@ -173,16 +173,16 @@ class Cap:
             return False if place >= cap else None
 
         wait = self.settings.create_adopt_wait_s
-        if await poll_until(verdict, timeout_s=wait, interval_s=self.settings.poll_interval_s):
+        if await poll_until(verdict, timeout_s=wait, interval_s=self.settings.poll_interval_s, deadline=deadline):
             return
-        await self._take_back(ws, seen[0] if seen else None)
+        await self._take_back(ws, seen[0] if seen else None, deadline)
 
-    async def _take_back(self, ws: Workspace, agents: int | None) -> None:
+    async def _take_back(self, ws: Workspace, agents: int | None, deadline: float | None) -> None:
         cap = self.settings.max_agents
         try:
-            current = await self.client.workspace(ws.id)
+            current = await self.client.workspace(ws.id, deadline=deadline)
             sent = asyncio.get_running_loop().time()
-            if await self.builds.transition(current, "delete"):
+            if await self.builds.transition(current, "delete", deadline=deadline):
                 self.deleting(sent)
         except ce.Gone:
             pass
