@@ -29,6 +29,7 @@ from httpx_sse import ServerSentEvent
 from fleet_mcp.coder import bounded, netcause
 from fleet_mcp.coder.apps import ConnectTo
 from fleet_mcp.coder.bounded import Limit
+from fleet_mcp.coder.pools import Pools
 from fleet_mcp.coder.errors import (
     CoderError, Oversized, RateLimited, ServerError, Unavailable, error_from_response, redact,
 )
@@ -59,7 +60,9 @@ _BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
 # At most 100 connections, every one kept for 5 s after its answer: a show_agents of 20 agents sends 40 requests
 # at once, and a pool keeping only httpx's default 20 would open (and, over TLS, handshake) 20 anew each call.
 # A request waits at most POOL_WAIT_S for a free connection.
-_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=5.0)
+# In `_POOLS` pools (coder/pools.py: httpcore's bookkeeping grows with the square of a pool's connections).
+_POOLS = 10
+_LIMITS = httpx.Limits(max_connections=100 // _POOLS, max_keepalive_connections=100 // _POOLS, keepalive_expiry=5.0)
 _POOL_WAIT_S = 10.0
 
 
@@ -324,7 +327,7 @@ def _transport(url: str) -> httpx.AsyncBaseTransport:
     proxy = proxies.get(parsed.scheme) or proxies.get("all")
     if proxy and urllib.request.proxy_bypass(parsed.host):
         proxy = None
-    return httpx.AsyncHTTPTransport(verify=_tls(), proxy=proxy, limits=_LIMITS)
+    return Pools(lambda: httpx.AsyncHTTPTransport(verify=_tls(), proxy=proxy, limits=_LIMITS), _POOLS)
 
 
 @lru_cache(maxsize=1)

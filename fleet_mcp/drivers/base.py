@@ -57,6 +57,7 @@ class Live:
     error: str | None = None
     since: datetime | None = None
     current_task: str | None = None
+    latest_output: str | None = None  # the tail of the newest thing the agent said: untrusted text (runner)
     queued: int = 0
     turns: int | None = None
     cost_usd: float | None = None

@@ -51,6 +51,7 @@ class _State(LenientModel):
     session_id: str | None = None
     model: str | None = None
     current_task: str | None = None
+    latest_output: str | None = None
     pending: _Pending | None = None
     answered: ListOf[_Answered] = []
     error: str | None = None
@@ -161,8 +162,8 @@ class RunnerDriver:
         s: _State = await self._call("GET", "state", _State, deadline=deadline)
         p = s.pending
         pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
-        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,
-                    since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
+        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error, since=s.since,
+                    current_task=s.current_task, latest_output=s.latest_output, queued=s.queued, turns=s.turns,
                     cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
                     changes_summary=s.changes_summary, answered=tuple(a.answered() for a in s.answered))
 

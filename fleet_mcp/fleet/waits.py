@@ -17,7 +17,7 @@ from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
-from .reads import prefetch, quietly
+from .reads import prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
@@ -184,22 +184,26 @@ class Waits:
             status = Status("offline", unreachable, "driver")
         else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
             status = list_status(ws, self.fleet.slugs)
-        asked = [m.content for m in messages or [] if m.role == "user"]
         status = with_screen_prompt(status, driver, messages)
-        return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
-                           current_task=(asked[-1] if asked and messages is not None else task),
-                           problem=status.problem, latest_output=_preview(messages),
+        if driver.kind == "runner":  # its /state carries the task and the newest output: no conversation asked
+            current = (live.current_task if live else None) or task
+            output = _cut(live.latest_output) if live else None
+        else:
+            asked = [m.content for m in messages or [] if m.role == "user"]
+            current, output = (asked[-1] if asked and messages is not None else task), _preview(messages)
+        return AgentGlance(name=ws.name, status=status.value, status_source=status.source, current_task=current,
+                           problem=status.problem, latest_output=output,
                            last_turn=(live.last_turn if live and live.last_turn else status.last_turn),
                            cost_usd=live.last_cost_usd if live else None,
                            changes_summary=live.changes_summary if live else None,
                            pending=prompt(status.pending) if status.value == "needs_input" else None)
 
     async def _details(self, driver: Driver, deadline: float | None) -> Details:
-        """(live state, why the agent could not be reached, conversation) as a glance needs them."""
+        """(live state, why the agent could not be reached, conversation) as a glance needs them: the runner's
+        live state alone (one request), AgentAPI's conversation alone."""
         if driver.kind == "runner":
-            (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver, deadline=deadline),
-                                                                 quietly(driver.conversation(deadline=deadline)))
-            return live, unreachable, messages
+            live, unreachable = await self.fleet.live(driver, deadline=deadline)
+            return live, unreachable, None
         try:
             return None, None, await driver.conversation(deadline=deadline)
         except Unreachable as exc:
@@ -211,10 +215,14 @@ def _agents(count: int) -> str:
 
 
 def _preview(messages: list[Message] | None) -> str | None:
-    said = [m.content.strip() for m in messages or [] if m.role not in ("user",) and m.content.strip()]
-    if not said:
+    return _cut(next((m.content for m in reversed(messages or []) if m.role != "user" and m.content.strip()), None))
+
+
+def _cut(text: str | None) -> str | None:
+    """The agent's own words, stripped, their last PREVIEW_CHARS characters: data, however long it wrote."""
+    text = (text or "").strip()
+    if not text:
         return None
-    text = said[-1]
     return text if len(text) <= PREVIEW_CHARS else "…" + text[-(PREVIEW_CHARS - 1):]
 
 
