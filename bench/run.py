@@ -36,8 +36,9 @@ same way. The bench process imports neither fleet_mcp nor the emulator. Figures 
   measured by bench/changes.py in a process of its own (median of the runs; change_start_ms: the start point).
   On runner agents (bench/runner_agents.py; the stand-in answers their app routes as `fleet-mcp runner` would after a
   turn that changed files): show_agents_20_runner_latencies (show_agents of 20 with change summaries, wall /
-  latency), get_agent_result_requests and _routes, get_agent_result_round_trips (dependent round trips, counted
-  as show_agent's: the workspace lookup and one to the agent make 2).
+  latency; show_agents_20_runner_requests: its Coder requests), get_agent_result_requests and _routes,
+  get_agent_result_round_trips (dependent round trips, counted as show_agent's: the workspace lookup and one
+  to the agent make 2).
 - standin_cost_ms (one answer's round trip at no latency, raw socket client) and
   standin_latency_error_ms (how much longer than the latency it held a request): the instrument's cost.
 """
@@ -95,7 +96,7 @@ async def measure(args: argparse.Namespace) -> dict:
     cold_runs = args.runs or (2 if args.quick else 10)
     runs = args.runs or (3 if args.quick else 7)
     calls = 15 if args.quick else 50
-    cpu_calls = 50 if args.quick else 300
+    cpu_calls = 150 if args.quick else 300  # /proc counts CPU in 10 ms ticks: 50 calls read 0.2 ms steps
     load_before = os.getloadavg()[0]
     with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-bench-") as workdir:
         bench = Bench(args, stand_in, workdir)
@@ -244,7 +245,8 @@ def table(r: dict) -> str:
         row("show_agents, 20 agents, wall / latency", na(r["show_agents_20_latencies"], "{}x"),
             "show_agents_20_latencies"),
         row("show_agents, 20 runner agents with change summaries, wall / latency",
-            f"{r['show_agents_20_runner_wall_ms']:.1f} ms = {r['show_agents_20_runner_latencies']}x",
+            f"{r['show_agents_20_runner_wall_ms']:.1f} ms = {r['show_agents_20_runner_latencies']}x, "
+            f"{r['show_agents_20_runner_requests']} requests",
             "show_agents_20_runner_latencies"),
         row("get_agent_result, runner agent: Coder requests, dependent round trips",
             f"{r['get_agent_result_requests']} ({r['get_agent_result_wall_ms']:.1f} ms), "

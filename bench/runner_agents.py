@@ -11,6 +11,8 @@ from measures import Bench, med, ms
 
 SHOW_AGENTS = 20
 SUMMARY = "3 files, +120 \u22128, 2 commits"  # what the stand-in's runners say in /state
+GLANCE = {"current_task": "Benchmark agent", "latest_output": "Done: three modules changed, tests pass.",
+          "changes_summary": SUMMARY, "last_turn": "succeeded"}  # also from their /state
 
 
 async def runner_agents(bench: Bench, runs: int) -> dict:
@@ -24,14 +26,15 @@ async def runner_agents(bench: Bench, runs: int) -> dict:
         await call(session, "get_agent_result", agent_name=names[0])
 
         bench.coder.replay(bench.latency_ms)
-        walls = []
+        walls, asked = [], []
         for _ in range(runs):
             wall, stats, answer = await bench.timed(session, "show_agents", agent_names=names)
             bench.misses(stats)
-            summaries = {a["name"]: a.get("changes_summary") for a in answer["agents"]}
-            if summaries != dict.fromkeys(names, SUMMARY):
-                raise RuntimeError(f"show_agents answered other change summaries: {str(summaries)[:300]}")
+            glances = {a["name"]: {k: a.get(k) for k in GLANCE} for a in answer["agents"]}
+            if glances != dict.fromkeys(names, GLANCE):
+                raise RuntimeError(f"show_agents answered other glances: {str(glances)[:300]}")
             walls.append(wall)
+            asked.append(stats["requests"])
         results = []
         for _ in range(runs):
             wall, stats, answer = await bench.timed(session, "get_agent_result", agent_name=names[0])
@@ -49,6 +52,7 @@ async def runner_agents(bench: Bench, runs: int) -> dict:
             rt_walls.append(wall)
     return {"show_agents_20_runner_latencies": round(med(walls) * 1e3 / bench.latency_ms, 2),
             "show_agents_20_runner_wall_ms": ms(med(walls)),
+            "show_agents_20_runner_requests": int(med(asked)),
             "get_agent_result_wall_ms": ms(med(w for w, _ in results)),
             "get_agent_result_requests": int(med(s["requests"] for _, s in results)),
             "get_agent_result_routes": results[-1][1]["routes"],

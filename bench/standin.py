@@ -51,11 +51,13 @@ AGENT_BULK = ("scripts", "log_sources", "environment_variables")  # most of a re
 HOP_HEADERS = {"host", "content-length", "connection", "accept-encoding", "keep-alive", "transfer-encoding"}
 UPSTREAM_TIMEOUT_S = 30.0
 RUNNER_APP = re.compile(r"^/@[^/]+/(?P<workspace>[^/.]+)[^/]*/apps/fleet/(?P<rest>[^?]*)")  # the runner's slug
-FINISHED = "2026-11-24T12:00:00Z"
+STARTED, FINISHED = "2026-11-24T11:59:19Z", "2026-11-24T12:00:00Z"
+TASK, SAID = "Benchmark agent", "Done: three modules changed, tests pass."  # the turn's prompt and final answer
 CHANGES = {"repository": "/home/coder/work", "branch": "fleet/bench", "start_commit": "a" * 40, "end_commit": "b" * 40,
            "commits": [{"sha": "b" * 40, "subject": "Bench: the change"}, {"sha": "c" * 40, "subject": "Bench: tests"}],
            "commits_total": 2, "files_total": 3, "added_lines": 120, "removed_lines": 8, "note": None,
-           "files": [{"path": f"src/mod{i}.py", "change": "modified", "old_path": None, "added_lines": 40,
+           "start_tree": "d" * 40, "end_tree": "e" * 40,
+           "files": [{"path": f"src/mod{i}.py", "change": "modified", "added_lines": 40,
                       "removed_lines": 8 if i == 0 else 0, "binary": False} for i in range(3)]}
 
 
@@ -122,18 +124,20 @@ def runner_answer(method: str, target: str) -> bytes | None:
     rest = found["rest"]
     if (method, rest) == ("GET", "state"):
         answer: dict = {"state": "idle", "since": FINISHED, "session_id": f"session-{found['workspace']}",
-                        "model": "claude-sonnet-4-5", "current_task": None, "pending": None, "answered": [],
-                        "error": None, "queued": 0, "turns": 1, "cost_usd": 0.0421, "last_activity_at": FINISHED,
-                        "last_turn": "succeeded", "last_cost_usd": 0.0421,
+                        "model": "claude-sonnet-4-5", "current_task": TASK, "latest_output": SAID, "pending": None,
+                        "answered": [], "error": None, "queued": 0, "turns": 1, "cost_usd": 0.0421,
+                        "last_activity_at": FINISHED, "last_turn": "succeeded", "last_cost_usd": 0.0421,
                         "changes_summary": "3 files, +120 \u22128, 2 commits"}
     elif (method, rest) == ("GET", "results"):
-        answer = {"results": [{"task": "Benchmark agent", "text": "Done: three modules changed, tests pass.",
-                               "is_error": False, "subtype": "success", "num_turns": 6, "duration_ms": 41000,
-                               "total_cost_usd": 0.0421, "session_id": f"session-{found['workspace']}",
-                               "finished_at": FINISHED, "pull_request_url": None, "interrupted": False,
-                               "changes": CHANGES, "changes_unavailable": None, "structured": None}]}
+        answer = {"results": [{"task": TASK, "text": SAID, "is_error": False, "subtype": "success", "num_turns": 6,
+                               "duration_ms": 41000, "total_cost_usd": 0.0421,
+                               "session_id": f"session-{found['workspace']}", "started_at": STARTED,
+                               "finished_at": FINISHED,
+                               "pull_request_url": None, "interrupted": False, "changes": CHANGES,
+                               "changes_unavailable": None, "structured": None}]}
     elif (method, rest) == ("GET", "messages"):
-        answer = {"messages": []}
+        answer = {"messages": [{"id": 1, "role": "user", "content": TASK, "time": FINISHED},
+                               {"id": 2, "role": "assistant", "content": SAID, "time": FINISHED}]}
     elif (method, rest) == ("GET", "health"):
         answer = {"status": "ok"}
     else:

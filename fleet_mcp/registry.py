@@ -8,6 +8,7 @@ the contract's error envelope (`errors.guarded`).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,14 +72,19 @@ class ToolSpec:
         return self.hints["readOnlyHint"]
 
     def tool(self) -> Tool:
-        """The FastMCP tool: the function within its deadline, every failure a `FleetError`."""
+        """The FastMCP tool: the function within its deadline, every failure a `FleetError`. The deadline is
+        passed to the function as its `deadline` argument, which the tool's schema leaves out."""
         fn, deadline = self.fn, self.deadline
 
         @functools.wraps(fn)
         async def call(**arguments: Any) -> Any:
             seconds = deadline(services_of(get_context()).fleet.settings, arguments)
-            async with within(seconds, fn.__name__):
-                return await fn(**arguments)
+            async with within(seconds, fn.__name__) as ends:
+                return await fn(**arguments, deadline=ends)
+
+        signature = inspect.signature(fn)  # what FastMCP builds the schema from: all but `deadline`
+        vars(call)["__signature__"] = signature.replace(
+            parameters=[p for name, p in signature.parameters.items() if name != "deadline"])
 
         made = Tool.from_function(guarded(call), title=self.title, tags={"read" if self.reads_only else "write"},
                                   annotations=ToolAnnotations.model_validate(self.hints))

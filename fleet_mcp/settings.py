@@ -302,16 +302,14 @@ class Settings(BaseSettings):
 
     def coder_client(self, transport: httpx.AsyncBaseTransport | None = None, *,
                      on_request: Callable[[], None] | None = None) -> CoderClient:
-        """A Coder client with these settings (URL, token, timeouts, retry budget), its retries kept within
-        the deadline of the tool call it serves (`polling.within`)."""
+        """A Coder client with these settings (URL, token, timeouts, retry budget); each request is given the
+        deadline of the tool call it serves (`polling.within`) by its caller."""
         from .coder.client import CoderClient, ConnectTo
-        from .fleet.polling import current_deadline
 
         token = self.coder_session_token.get_secret_value() if self.coder_session_token is not None else None
         return CoderClient(self.coder_url, token, transport=transport, request_timeout_s=self.request_timeout_s,
                            connect_timeout_s=self.connect_timeout_s, retry_budget_s=self.retry_budget_s,
-                           on_request=on_request, deadline=current_deadline,
-                           connect_to=ConnectTo.parse(self.connect_to))
+                           on_request=on_request, connect_to=ConnectTo.parse(self.connect_to))
 
     @field_validator("auth_token", "runner_secret")
     @classmethod

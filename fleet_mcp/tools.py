@@ -2,7 +2,9 @@
 
 Each tool is a plain async function that hands its parameters to the service FastMCP injects
 (`Depends`: the caller's `Fleet`, `Lifecycle`, `Turns` or `Waits`), so it can be imported and called
-alone. `registry.TOOLS` lists them with their title, hints and deadline, and adds them to a server.
+alone. `registry.TOOLS` lists them with their title, hints and deadline, and adds them to a server; it
+passes each call's deadline (loop time) as the function's last parameter, `deadline` (None: none), which
+the tool's schema leaves out.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ async def create_agent(
         description="A JSON Schema (at most 16 KiB) the spec's answer must fit, as start_agent_task's (runner "
                     "projects whose template declares fleet_mcp_result_schema)")] = None,
     lifecycle: Lifecycle = Depends(lifecycle_of),
+    deadline: float | None = None,
 ) -> CreatedAgent:
     """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
     workspace is up (a minute or two). The answer's status is what list_agents says in that moment:
@@ -83,19 +86,21 @@ async def create_agent(
     build. Refused with `conflict` when the fleet is at its cap."""
     return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
                                   model=model, max_turns=max_turns, max_cost_usd=max_cost_usd,
-                                  result_schema=result_schema)
+                                  result_schema=result_schema, deadline=deadline)
 
 
-async def stop_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> ShownAgent:
+async def stop_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of),
+                     deadline: float | None = None) -> ShownAgent:
     """Stop the agent's workspace to save cost; its conversation is kept and start_agent resumes it.
     Stopping a stopped agent answers it as it is."""
-    return await lifecycle.stop(agent_name)
+    return await lifecycle.stop(agent_name, deadline=deadline)
 
 
-async def start_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> ShownAgent:
+async def start_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of),
+                      deadline: float | None = None) -> ShownAgent:
     """Start a stopped agent's workspace again; the agent resumes its conversation (status `starting`, then
     `idle`)."""
-    return await lifecycle.start(agent_name)
+    return await lifecycle.start(agent_name, deadline=deadline)
 
 
 async def list_agents(
@@ -103,35 +108,40 @@ async def list_agents(
                                                              "clean up)")] = None,
     project: Annotated[str | None, Field(description="Only agents of this project")] = None,
     fleet: Fleet = Depends(fleet_of),
+    deadline: float | None = None,
 ) -> AgentList:
     """List the fleet's agents with their status (busy, idle, starting, offline, ...) and current task."""
-    return await fleet.list_agents(status, project)
+    return await fleet.list_agents(status, project, deadline=deadline)
 
 
-async def show_agent(agent_name: AgentName, fleet: Fleet = Depends(fleet_of)) -> ShownAgent:
+async def show_agent(agent_name: AgentName, fleet: Fleet = Depends(fleet_of),
+                     deadline: float | None = None) -> ShownAgent:
     """Show one agent in detail: live status, role, project, spec, current task, pull request link,
     and why it is failed or offline when it is."""
-    return await fleet.show(agent_name)
+    return await fleet.show(agent_name, deadline=deadline)
 
 
 async def show_agent_task_history(
     agent_name: AgentName, page: Page = 1, page_size: PageSize = 20, fleet: Fleet = Depends(fleet_of),
+    deadline: float | None = None,
 ) -> TaskHistory:
     """The agent's progress reports (working, complete, failure, idle), newest first, paginated."""
-    return await fleet.history(agent_name, page, page_size)
+    return await fleet.history(agent_name, page, page_size, deadline=deadline)
 
 
 async def show_agent_log(
     agent_name: AgentName, page: Page = 1, page_size: PageSize = 20, fleet: Fleet = Depends(fleet_of),
+    deadline: float | None = None,
 ) -> AgentLog:
     """The agent's conversation (your tasks and its answers), newest first, paginated; each message is
     cut at 4,000 characters (`truncated` says so)."""
-    return await fleet.log(agent_name, page, page_size)
+    return await fleet.log(agent_name, page, page_size, deadline=deadline)
 
 
-async def delete_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of)) -> DeleteResult:
+async def delete_agent(agent_name: AgentName, lifecycle: Lifecycle = Depends(lifecycle_of),
+                       deadline: float | None = None) -> DeleteResult:
     """Delete an agent and destroy its workspace, even while it works. Cannot be undone."""
-    return await lifecycle.delete(agent_name)
+    return await lifecycle.delete(agent_name, deadline=deadline)
 
 
 async def start_agent_task(
@@ -145,17 +155,19 @@ async def start_agent_task(
                     "then holds the validated object, and an answer that does not fit fails the turn (runner "
                     "agents only)")] = None,
     turns: Turns = Depends(turns_of),
+    deadline: float | None = None,
 ) -> TaskResult:
     """Give an agent its next task. While it is busy: refused with `conflict` (the default), queued, or sent
     after interrupting the running turn, as `if_busy` says."""
-    return await turns.start(agent_name, task_description, if_busy, result_schema)
+    return await turns.start(agent_name, task_description, if_busy, result_schema, deadline=deadline)
 
 
-async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TaskResult:
+async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_of),
+                            deadline: float | None = None) -> TaskResult:
     """Interrupt the agent's running task (like pressing ESC); the agent stays, ready for a new task. Tasks
     queued behind it survive: the next starts at once, and the answer says so. The interrupted turn stays
     readable in get_agent_result (until another turn ends) and show_agent_task_history."""
-    return await turns.cancel(agent_name)
+    return await turns.cancel(agent_name, deadline=deadline)
 
 
 async def answer_agent(
@@ -169,19 +181,21 @@ async def answer_agent(
     message: Annotated[str, Field(max_length=MAX_SPEC, description="Optional words to Claude with the answer "
                                                                    "(why, what instead)")] = "",
     turns: Turns = Depends(turns_of),
+    deadline: float | None = None,
 ) -> AnswerResult:
     """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
     then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
     out, or another one asked since): the error says what waits now. Never lands on another prompt."""
-    return await turns.answer(agent_name, decision, message, prompt_id)
+    return await turns.answer(agent_name, decision, message, prompt_id, deadline=deadline)
 
 
-async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of)) -> TurnOutcome:
+async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of),
+                           deadline: float | None = None) -> TurnOutcome:
     """The agent's last finished turn, compact: final text (cut at 4,000 characters),
     succeeded/failed/interrupted, pull-request link, and on runner agents turns, duration, cost (this turn
     and in total), `changes` (branch, commits, files changed with lines added and removed) and `structured`
     (the answer in the task's result_schema). Read show_agent_log for everything, show_agent_diff for the diff."""
-    return await turns.result(agent_name)
+    return await turns.result(agent_name, deadline=deadline)
 
 
 async def show_agent_diff(
@@ -197,11 +211,12 @@ async def show_agent_diff(
     page: Page = 1,
     page_size: Annotated[int, Field(description=f"Files per page; clamped to 1..{DIFF_PAGE_MAX}")] = 20,
     turns: Turns = Depends(turns_of),
+    deadline: float | None = None,
 ) -> AgentDiff:
     """The diff of a runner agent's work in its repository, by file: committed, uncommitted and new files
     against where its last task (or the agent) started. Each file's diff is cut at 50,000 bytes
     (`truncated`); binary files are named, not dumped."""
-    return await turns.diff(agent_name, scope, path, format, page, page_size)
+    return await turns.diff(agent_name, scope, path, format, page, page_size, deadline=deadline)
 
 
 async def wait_for_agents(
@@ -214,6 +229,7 @@ async def wait_for_agents(
     mode: Annotated[Literal["all", "any"], Field(description="all: every agent; any: the first one")] = "all",
     timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Give up after this many seconds")] = 120,
     waits: Waits = Depends(waits_of),
+    deadline: float | None = None,
 ) -> WaitResult:
     """Block until all (or any) of the named agents reach a condition, or the timeout passes; instead of
     polling list_agents. Sends progress while it waits (agents done out of the group, at least every 5 s by
@@ -225,28 +241,30 @@ async def wait_for_agents(
         await ctx.report_progress(done, total, message)
 
     conditions = [until] if isinstance(until, str) else list(until)
-    return await waits.wait(agent_names, conditions, mode, timeout_s, progress)
+    return await waits.wait(agent_names, conditions, mode, timeout_s, progress, deadline=deadline)
 
 
 async def show_agents(
     agent_names: Annotated[list[str], Field(min_length=1, max_length=50,
                                             description="The agents to show (1-50 names)")],
     waits: Waits = Depends(waits_of),
+    deadline: float | None = None,
 ) -> AgentGlances:
     """Many agents at a glance: each one's status, current task, a preview of its newest output (300
     characters), and how its last turn ended, what it cost and what it changed ("3 files, +120 −8"): give
     several agents one task, wait for all, then compare them here. An unknown name is an entry with an error,
     not a failed call."""
-    return await waits.glance(agent_names)
+    return await waits.glance(agent_names, deadline=deadline)
 
 
 async def list_agent_roles(
     project: Annotated[str, Field(description="Project name or display name")], fleet: Fleet = Depends(fleet_of),
+    deadline: float | None = None,
 ) -> Roles:
     """The roles an agent of this project can take (each sets its system prompt)."""
-    return await fleet.roles(project)
+    return await fleet.roles(project, deadline=deadline)
 
 
-async def list_agent_projects(fleet: Fleet = Depends(fleet_of)) -> Projects:
+async def list_agent_projects(fleet: Fleet = Depends(fleet_of), deadline: float | None = None) -> Projects:
     """The projects (Coder templates ready for fleet agents) agents can be created in."""
-    return await fleet.projects()
+    return await fleet.projects(deadline=deadline)

@@ -25,9 +25,10 @@ from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, su
 
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.app import running
+from fleet_mcp.runner.store import Saved
 
 __all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "fleet_server", "needs_sdk", "runner_env",
-           "runner_fleet", "runner_process", "scripted_api", "served"]
+           "runner_api", "runner_fleet", "runner_process", "scripted_api", "served"]
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
@@ -119,6 +120,25 @@ def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[Scri
     """The scripted Messages API on a socket; `script` overrides its markers (see `messages_app`)."""
     with served(messages_app(script)) as url:
         yield ScriptedAPI(url)
+
+
+@asynccontextmanager
+async def runner_api(tmp_path: Path, saved: Saved | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the runner's own routes (`build_app`) in this process, its state file holding `saved`: what
+    `fleet-mcp runner` answers, without Claude Code (the session, started by the lifespan, never runs)."""
+    from fleet_mcp.runner.app import build_app
+    from fleet_mcp.runner.report import Reporter
+    from fleet_mcp.runner.session import Conversation
+    from fleet_mcp.runner.settings import RunnerSettings
+    from fleet_mcp.runner.store import Store
+
+    settings = RunnerSettings(workdir=tmp_path, state_file=tmp_path / "state.json")
+    store = Store(settings.state_path)
+    if saved is not None:
+        store.save(saved)
+    app = build_app(Conversation(settings, store, Reporter(None, None, settings.app_slug)))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runner") as client:
+        yield client
 
 
 def runner_env(home: Path, messages_url: str, **extra: str) -> dict[str, str]:

@@ -34,7 +34,8 @@ T = TypeVar("T")
 class CoderClient(Exchange):
     """Async client of one Coder deployment at `url`, authenticated by a session `token`.
 
-    Use as `async with CoderClient(url, token) as coder: ...`; the options are `Exchange`'s.
+    Use as `async with CoderClient(url, token) as coder: ...`; the options are `Exchange`'s. Every call
+    takes the caller's `deadline` (loop time, None for none): a read's retries never run past it.
     Raises only `CoderError`s.
     """
 
@@ -45,60 +46,64 @@ class CoderClient(Exchange):
 
     # --- deployment, users, organizations ------------------------------------------
 
-    async def buildinfo(self) -> BuildInfo:
+    async def buildinfo(self, *, deadline: float | None = None) -> BuildInfo:
         """Coder's version and URLs (`GET /api/v2/buildinfo`)."""
-        return await self._request("GET", "/api/v2/buildinfo", BuildInfo, limit="status")
+        return await self._request("GET", "/api/v2/buildinfo", BuildInfo, limit="status", deadline=deadline)
 
-    async def me(self) -> User:
+    async def me(self, *, deadline: float | None = None) -> User:
         """The user the token belongs to."""
-        return await self._request("GET", "/api/v2/users/me", User, limit="status")
+        return await self._request("GET", "/api/v2/users/me", User, limit="status", deadline=deadline)
 
-    async def organizations(self) -> list[Organization]:
+    async def organizations(self, *, deadline: float | None = None) -> list[Organization]:
         """Every organization the user can see."""
-        return await self._request("GET", "/api/v2/organizations", list[Organization])
+        return await self._request("GET", "/api/v2/organizations", list[Organization], deadline=deadline)
 
-    async def regions(self) -> list[Region]:
+    async def regions(self, *, deadline: float | None = None) -> list[Region]:
         """Proxy regions, with their path-app URL and wildcard app hostname."""
-        page = await self._request("GET", "/api/v2/regions", RegionsPage)
+        page = await self._request("GET", "/api/v2/regions", RegionsPage, deadline=deadline)
         return list(page.regions)
 
-    async def app_host(self) -> str:
+    async def app_host(self, *, deadline: float | None = None) -> str:
         """The wildcard app host (`*.apps.example.com[:port]`), "" where subdomain apps are not set up."""
-        return (await self._request("GET", "/api/v2/applications/host", AppHost, limit="status")).host
+        host = await self._request("GET", "/api/v2/applications/host", AppHost, limit="status", deadline=deadline)
+        return host.host
 
     # --- templates ------------------------------------------------------------------
 
-    async def templates(self, q: str | None = None) -> list[Template]:
+    async def templates(self, q: str | None = None, *, deadline: float | None = None) -> list[Template]:
         """Readable templates, optionally filtered by Coder's template search query `q`."""
         params = {"q": q} if q else None
-        return await self._request("GET", "/api/v2/templates", list[Template], params=params)
+        return await self._request("GET", "/api/v2/templates", list[Template], params=params, deadline=deadline)
 
-    async def template(self, template_id: str) -> Template:
+    async def template(self, template_id: str, *, deadline: float | None = None) -> Template:
         """One template by ID."""
-        return await self._request("GET", f"/api/v2/templates/{_seg(template_id)}", Template)
+        return await self._request("GET", f"/api/v2/templates/{_seg(template_id)}", Template, deadline=deadline)
 
-    async def template_by_name(self, org: str, name: str) -> Template:
+    async def template_by_name(self, org: str, name: str, *, deadline: float | None = None) -> Template:
         """One template by exact name within an organization (ID, name or `default`)."""
         path = f"/api/v2/organizations/{_seg(org)}/templates/{_seg(name)}"
-        return await self._request("GET", path, Template)
+        return await self._request("GET", path, Template, deadline=deadline)
 
-    async def template_version(self, version_id: str) -> TemplateVersion:
+    async def template_version(self, version_id: str, *, deadline: float | None = None) -> TemplateVersion:
         """One template version, with its import job."""
-        return await self._request("GET", f"/api/v2/templateversions/{_seg(version_id)}", TemplateVersion)
+        path = f"/api/v2/templateversions/{_seg(version_id)}"
+        return await self._request("GET", path, TemplateVersion, deadline=deadline)
 
-    async def rich_parameters(self, version_id: str) -> list[RichParameter]:
+    async def rich_parameters(self, version_id: str, *, deadline: float | None = None) -> list[RichParameter]:
         """The parameters a template version declares."""
         path = f"/api/v2/templateversions/{_seg(version_id)}/rich-parameters"
-        return await self._request("GET", path, list[RichParameter])
+        return await self._request("GET", path, list[RichParameter], deadline=deadline)
 
-    async def presets(self, version_id: str) -> list[Preset]:
+    async def presets(self, version_id: str, *, deadline: float | None = None) -> list[Preset]:
         """The presets of a template version (`[]` when Coder answers `null`)."""
-        return await self._request("GET", f"/api/v2/templateversions/{_seg(version_id)}/presets", Presets)
+        path = f"/api/v2/templateversions/{_seg(version_id)}/presets"
+        return await self._request("GET", path, Presets, deadline=deadline)
 
-    async def template_version_resources(self, version_id: str) -> list[WorkspaceResource]:
+    async def template_version_resources(self, version_id: str, *,
+                                         deadline: float | None = None) -> list[WorkspaceResource]:
         """What a template version provisions: its resources, their agents and each agent's apps."""
         path = f"/api/v2/templateversions/{_seg(version_id)}/resources"
-        return await self._request("GET", path, list[WorkspaceResource])
+        return await self._request("GET", path, list[WorkspaceResource], deadline=deadline)
 
     # --- workspaces -------------------------------------------------------------------
 
@@ -112,6 +117,7 @@ class CoderClient(Exchange):
         preset_id: str | None = None,
         parameters: dict[str, str] | None = None,
         ttl_ms: int | None = None,
+        deadline: float | None = None,
     ) -> Workspace:
         """Create a workspace for `user` from a template (active version) or a version.
 
@@ -130,26 +136,30 @@ class CoderClient(Exchange):
             body["template_version_preset_id"] = preset_id
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
-        return await self._request("POST", f"/api/v2/users/{_seg(user)}/workspaces", Workspace, json=body)
+        path = f"/api/v2/users/{_seg(user)}/workspaces"
+        return await self._request("POST", path, Workspace, json=body, deadline=deadline)
 
-    async def workspaces(self, q: str = "", limit: int = 0, offset: int = 0) -> WorkspacesPage:
+    async def workspaces(self, q: str = "", limit: int = 0, offset: int = 0, *,
+                         deadline: float | None = None) -> WorkspacesPage:
         """One page of workspaces matching Coder's search query `q` (limit 0 = no limit)."""
         params: dict[str, Any] = {"q": q} if q else {}
         if limit:
             params["limit"] = limit
         if offset:
             params["offset"] = offset
-        return await self._request("GET", "/api/v2/workspaces", WorkspacesPage, params=params, limit="listing")
+        return await self._request("GET", "/api/v2/workspaces", WorkspacesPage, params=params, limit="listing",
+                                   deadline=deadline)
 
-    async def workspace(self, workspace_id: str) -> Workspace:
+    async def workspace(self, workspace_id: str, *, deadline: float | None = None) -> Workspace:
         """One workspace by ID; a deleted one raises `Gone`."""
-        return await self._request("GET", f"/api/v2/workspaces/{_seg(workspace_id)}", Workspace)
+        return await self._request("GET", f"/api/v2/workspaces/{_seg(workspace_id)}", Workspace, deadline=deadline)
 
-    async def workspace_by_name(self, user: str, name: str, *, include_deleted: bool = False) -> Workspace:
+    async def workspace_by_name(self, user: str, name: str, *, include_deleted: bool = False,
+                                deadline: float | None = None) -> Workspace:
         """One workspace by owner and name (case-insensitive); missing (or deleted, unless asked) is `NotFound`."""
         path = f"/api/v2/users/{_seg(user)}/workspace/{_seg(name)}"
         params = {"include_deleted": "true"} if include_deleted else None
-        return await self._request("GET", path, Workspace, params=params)
+        return await self._request("GET", path, Workspace, params=params, deadline=deadline)
 
     # --- builds ---------------------------------------------------------------------------
 
@@ -160,6 +170,7 @@ class CoderClient(Exchange):
         *,
         parameters: dict[str, str] | None = None,
         orphan: bool = False,
+        deadline: float | None = None,
     ) -> WorkspaceBuild:
         """Start a build (`start`, `stop` or `delete`); `Conflict` while another build is active."""
         body: dict[str, Any] = {"transition": transition}
@@ -168,60 +179,63 @@ class CoderClient(Exchange):
         if orphan:
             body["orphan"] = True
         path = f"/api/v2/workspaces/{_seg(workspace_id)}/builds"
-        return await self._request("POST", path, WorkspaceBuild, json=body)
+        return await self._request("POST", path, WorkspaceBuild, json=body, deadline=deadline)
 
-    async def builds(self, workspace_id: str, limit: int = 0, offset: int = 0) -> list[WorkspaceBuild]:
+    async def builds(self, workspace_id: str, limit: int = 0, offset: int = 0, *,
+                     deadline: float | None = None) -> list[WorkspaceBuild]:
         """A workspace's builds, newest first."""
         params = {k: v for k, v in (("limit", limit), ("offset", offset)) if v}
         path = f"/api/v2/workspaces/{_seg(workspace_id)}/builds"
-        return await self._request("GET", path, list[WorkspaceBuild], params=params, limit="listing")
+        return await self._request("GET", path, list[WorkspaceBuild], params=params, limit="listing", deadline=deadline)
 
-    async def build(self, build_id: str) -> WorkspaceBuild:
+    async def build(self, build_id: str, *, deadline: float | None = None) -> WorkspaceBuild:
         """One build by ID, with its resources, agents, apps and app statuses."""
-        return await self._request("GET", f"/api/v2/workspacebuilds/{_seg(build_id)}", WorkspaceBuild)
+        path = f"/api/v2/workspacebuilds/{_seg(build_id)}"
+        return await self._request("GET", path, WorkspaceBuild, deadline=deadline)
 
-    async def build_parameters(self, build_id: str) -> list[BuildParameter]:
+    async def build_parameters(self, build_id: str, *, deadline: float | None = None) -> list[BuildParameter]:
         """The parameter values a build used."""
         path = f"/api/v2/workspacebuilds/{_seg(build_id)}/parameters"
-        return await self._request("GET", path, list[BuildParameter])
+        return await self._request("GET", path, list[BuildParameter], deadline=deadline)
 
-    async def cancel_build(self, build_id: str) -> None:
+    async def cancel_build(self, build_id: str, *, deadline: float | None = None) -> None:
         """Cancel a pending or running build (the template must allow it, else `Forbidden`)."""
-        await self._request("PATCH", f"/api/v2/workspacebuilds/{_seg(build_id)}/cancel", None, limit="status")
+        path = f"/api/v2/workspacebuilds/{_seg(build_id)}/cancel"
+        await self._request("PATCH", path, None, limit="status", deadline=deadline)
 
     # --- workspace apps through the app proxy --------------------------------------------
 
     @overload
     async def app_request(self, method: str, app: App, rest: str, model: type[T], *, json: Any = None,
-                          limit: Limit = "status") -> T: ...
+                          limit: Limit = "status", deadline: float | None = None) -> T: ...
 
     @overload
     async def app_request(self, method: str, app: App, rest: str, model: None = None, *, json: Any = None,
-                          limit: Limit = "status") -> None: ...
+                          limit: Limit = "status", deadline: float | None = None) -> None: ...
 
     async def app_request(self, method: str, app: App, rest: str, model: type[T] | None = None, *,
-                          json: Any = None, limit: Limit = "status") -> Any:
+                          json: Any = None, limit: Limit = "status", deadline: float | None = None) -> Any:
         """A request to `rest` of a workspace app, by path or subdomain as the deployment allows; mapped, retried
         and parsed as any other; its answer may be at most `bounded.LIMITS[limit]` bytes."""
-        url = await self.app_url(app, rest)
+        url = await self.app_url(app, rest, deadline=deadline)
         try:
-            return await self._request(method, url, model, json=json, limit=limit)
+            return await self._request(method, url, model, json=json, limit=limit, deadline=deadline)
         except PathAppsDisabled:
-            if (again := await self._path_refused(app, rest, url)) is None:
+            if (again := await self._path_refused(app, rest, url, deadline)) is None:
                 raise
-            return await self._request(method, again, model, json=json, limit=limit)
+            return await self._request(method, again, model, json=json, limit=limit, deadline=deadline)
 
     @asynccontextmanager
-    async def app_events(self, app: App, rest: str,
-                         limit: Limit = "events") -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+    async def app_events(self, app: App, rest: str, limit: Limit = "events", *,
+                         deadline: float | None = None) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
         """The server-sent events of a streamed GET of a workspace app, as they come; failures raise as for
         other calls, and `Oversized` once more than `bounded.LIMITS[limit]` bytes came. The caller bounds
         the time."""
-        url = await self.app_url(app, rest)
+        url = await self.app_url(app, rest, deadline=deadline)
         try:
             response = await self._open_stream(url)
         except PathAppsDisabled:
-            if (again := await self._path_refused(app, rest, url)) is None:
+            if (again := await self._path_refused(app, rest, url, deadline)) is None:
                 raise
             url, response = again, await self._open_stream(again)
         try:
@@ -229,10 +243,10 @@ class CoderClient(Exchange):
         finally:
             await response.aclose()
 
-    async def app_url(self, app: App, rest: str = "") -> str:
+    async def app_url(self, app: App, rest: str = "", *, deadline: float | None = None) -> str:
         """Where `rest` of `app` is asked: its subdomain URL, or its path on Coder's URL."""
         if (app.subdomain or self.apps.path_refused) and self.apps.wildcard is None:
-            self.apps.wildcard = await self.app_host()
+            self.apps.wildcard = await self.app_host(deadline=deadline)
         return self.apps.url(app, rest) if self.apps.by_subdomain(app) else app.path(rest)
 
     async def path_apps_refused(self, owner: str) -> bool:
@@ -262,10 +276,10 @@ class CoderClient(Exchange):
             return exc.message if exc.status is None else None
         return None
 
-    async def _path_refused(self, app: App, rest: str, tried: str) -> str | None:
+    async def _path_refused(self, app: App, rest: str, tried: str, deadline: float | None) -> str | None:
         """Coder refused the path form: from now on apps go by subdomain; the URL to try instead, if any."""
         self.apps.path_refused = True
-        again = await self.app_url(app, rest)
+        again = await self.app_url(app, rest, deadline=deadline)
         return again if again != tried else None
 
 

@@ -29,6 +29,7 @@ from httpx_sse import ServerSentEvent
 from fleet_mcp.coder import bounded, netcause
 from fleet_mcp.coder.apps import ConnectTo
 from fleet_mcp.coder.bounded import Limit
+from fleet_mcp.coder.pools import Pools
 from fleet_mcp.coder.errors import (
     CoderError, Oversized, RateLimited, ServerError, Unavailable, error_from_response, redact,
 )
@@ -59,7 +60,9 @@ _BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
 # At most 100 connections, every one kept for 5 s after its answer: a show_agents of 20 agents sends 40 requests
 # at once, and a pool keeping only httpx's default 20 would open (and, over TLS, handshake) 20 anew each call.
 # A request waits at most POOL_WAIT_S for a free connection.
-_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=5.0)
+# In `_POOLS` pools (coder/pools.py: httpcore's bookkeeping grows with the square of a pool's connections).
+_POOLS = 10
+_LIMITS = httpx.Limits(max_connections=100 // _POOLS, max_keepalive_connections=100 // _POOLS, keepalive_expiry=5.0)
 _POOL_WAIT_S = 10.0
 # An answer this big (a listing of dozens of workspaces) is parsed with the collector held off until the task
 # yields (`collection_paused`); a small one's objects cost a collection next to nothing.
@@ -73,18 +76,16 @@ class Exchange:
     Without a token, only what Coder answers anyone (buildinfo). `transport` replaces the network (tests
     pass an ASGI transport or a loopback emulator). `request_timeout_s` bounds one request once connected,
     its answer read whole; `connect_timeout_s` connecting; reads that fail transiently are tried again for
-    up to `retry_budget_s` (writes never), and never past `deadline()` (loop time) when it answers one: the
-    caller's own deadline. `on_request` is called for every request sent (the caller counts them).
+    up to `retry_budget_s` (writes never), and never past the `deadline` (loop time) a call is given: the
+    caller's own. `on_request` is called for every request sent (the caller counts them).
     `connect_to` sends requests for some hosts to another address (curl's --connect-to; see `coder.apps`).
     Raises only `CoderError`s.
     """
 
     def __init__(self, url: str, token: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None,
                  request_timeout_s: float = 30.0, connect_timeout_s: float = 5.0, retry_budget_s: float = 20.0,
-                 on_request: Callable[[], None] | None = None,
-                 deadline: Callable[[], float | None] | None = None, connect_to: ConnectTo | None = None) -> None:
+                 on_request: Callable[[], None] | None = None, connect_to: ConnectTo | None = None) -> None:
         self.on_request = on_request
-        self._deadline = deadline
         self._retry_budget_s = retry_budget_s
         self._secret = token or None
         # Requests go straight to httpx's transport: the client layer (URL merging, cookies, auth and
@@ -150,9 +151,8 @@ class Exchange:
             (k, accept if k == "Accept" else v) for k, v in self._headers]
         headers = [*headers, *APP_HEADERS.get()]
         # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
-        url = _url(self._base + path if path.startswith("/") else path)
-        request = httpx.Request(method, url, params=params, json=json, headers=headers,
-                                extensions={"timeout": self._timeouts})
+        url = _url(self._base + path if path.startswith("/") else path, tuple(params.items()) if params else ())
+        request = httpx.Request(method, url, json=json, headers=headers, extensions={"timeout": self._timeouts})
         if self._connect_to:
             self._connect_to.route(request)
         response = await self._transport.handle_async_request(request)
@@ -163,16 +163,17 @@ class Exchange:
 
     @overload
     async def _request(self, method: str, path: str, model: type[T], *, params: dict[str, Any] | None = None,
-                       json: Any = None, limit: Limit = "record") -> T: ...
+                       json: Any = None, limit: Limit = "record", deadline: float | None = None) -> T: ...
 
     @overload
     async def _request(self, method: str, path: str, model: None, *, params: dict[str, Any] | None = None,
-                       json: Any = None, limit: Limit = "record") -> None: ...
+                       json: Any = None, limit: Limit = "record", deadline: float | None = None) -> None: ...
 
     async def _request(self, method: str, path: str, model: type[T] | None, *,
-                       params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record") -> Any:
-        """Send, map failures to typed errors, retry if safe, validate into `model` (None: no body): typed as
-        `model` for its caller."""
+                       params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record",
+                       deadline: float | None = None) -> Any:
+        """Send, map failures to typed errors, retry if safe (never past `deadline`, a loop time), validate
+        into `model` (None: no body): typed as `model` for its caller."""
         call = _Call(method, path, params, json, model, bounded.LIMITS[limit])
         if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
             return await self._send_once(call)  # something; no budget, no second try
@@ -183,17 +184,17 @@ class Exchange:
         except CoderError as exc:
             if not _is_transient(exc):
                 raise
-            return await self._retried(exc, started, call)
+            return await self._retried(exc, started, call, deadline)
 
-    async def _retried(self, failure: CoderError, started: float, call: _Call) -> Any:
+    async def _retried(self, failure: CoderError, started: float, call: _Call, deadline: float | None) -> Any:
         """The read again after its first try failed with `failure`: exponential backoff with jitter (429: the
-        server's Retry-After), all within the retry budget counted from `started`."""
+        server's Retry-After), all within the retry budget counted from `started` and before `deadline`."""
         # Imported here: the start-up check of Coder has no retry budget, so start-up never needs tenacity.
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay
 
         loop = asyncio.get_running_loop()
         budget = self._retry_budget_s
-        if self._deadline is not None and (deadline := self._deadline()) is not None:
+        if deadline is not None:
             budget = max(0.0, min(budget, deadline - started))
         if loop.time() - started >= budget:
             raise failure
@@ -342,7 +343,7 @@ def _transport(url: str) -> httpx.AsyncBaseTransport:
     proxy = proxies.get(parsed.scheme) or proxies.get("all")
     if proxy and urllib.request.proxy_bypass(parsed.host):
         proxy = None
-    return httpx.AsyncHTTPTransport(verify=_tls(), proxy=proxy, limits=_LIMITS)
+    return Pools(lambda: httpx.AsyncHTTPTransport(verify=_tls(), proxy=proxy, limits=_LIMITS), _POOLS)
 
 
 @lru_cache(maxsize=1)
@@ -356,10 +357,12 @@ def _tls() -> ssl.SSLContext:
 
 
 @lru_cache(maxsize=4096)
-def _url(url: str) -> httpx.URL:
-    """Parsed once: the same few paths (each agent's status and messages) are asked over and over, and
-    httpx checks every character of a URL it parses."""
-    return httpx.URL(url)
+def _url(url: str, params: tuple[tuple[str, str | int], ...] = ()) -> httpx.URL:
+    """Parsed once: the same few paths (each agent's status and messages, the fleet's listing at each poll)
+    are asked over and over, and httpx checks every character of a URL it parses; `params` merged in as
+    `httpx.Request(params=...)` would (30 us a listing request)."""
+    parsed = httpx.URL(url)
+    return parsed.copy_merge_params(dict(params)) if params else parsed
 
 
 @cache

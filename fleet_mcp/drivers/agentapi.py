@@ -18,7 +18,7 @@ import pydantic
 from ..coder import errors as ce
 from ..coder.client import App, CoderClient
 from ..coder.lenient import LenientModel, Text, Timestamp
-from ..fleet.polling import until
+from ..fleet.polling import sooner
 from .base import (
     Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
     oversized,
@@ -87,22 +87,24 @@ class AgentAPIDriver:
         except (ce.WorkspaceOffline, ce.AppUnavailable) as exc:
             raise Unreachable(f"AgentAPI cannot be reached: {exc.message}") from None
 
-    async def _status(self) -> AgentStatus:
+    async def _status(self, deadline: float | None) -> AgentStatus:
         status: AgentStatus = await self._call(
-            lambda: self.client.app_request("GET", self.app, "status", AgentStatus))
+            lambda: self.client.app_request("GET", self.app, "status", AgentStatus, deadline=deadline))
         return status
 
-    async def live(self) -> Live:
-        status = await self._status()
+    async def live(self, *, deadline: float | None) -> Live:
+        status = await self._status(deadline)
         return Live(state="working" if status.status == "running" else "idle",
                     can_interrupt=status.transport != "acp")
 
-    async def conversation(self) -> list[Message]:
+    async def conversation(self, *, deadline: float | None) -> list[Message]:
         page: ConversationPage = await self._call(
-            lambda: self.client.app_request("GET", self.app, "messages", ConversationPage, limit="conversation"))
+            lambda: self.client.app_request("GET", self.app, "messages", ConversationPage, limit="conversation",
+                                            deadline=deadline))
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
+                   deadline: float | None) -> bool:
         if result_schema is not None:
             raise NotSupported("A result_schema needs the runner (Claude Code's structured output); this agent "
                                "runs on AgentAPI.")
@@ -110,48 +112,51 @@ class AgentAPIDriver:
             raise NotSupported("Queueing a task needs the runner; this agent runs on AgentAPI, which takes a task "
                                "only between turns. Use if_busy='reject' and send it when the agent is idle, or "
                                "'interrupt'.")
-        if if_busy == "interrupt" and (await self._status()).status == "running":
-            await self.interrupt()
-            await self._settle()
-        await self._keys(text, "user")
+        if if_busy == "interrupt" and (await self._status(deadline)).status == "running":
+            await self.interrupt(deadline=deadline)
+            await self._settle(deadline)
+        await self._keys(text, "user", deadline)
         return False
 
-    async def _settle(self) -> None:
+    async def _settle(self, deadline: float | None) -> None:
         """Wait until the interrupted turn has ended: SETTLE_S at most, its status requests included."""
+        end = asyncio.get_running_loop().time() + SETTLE_S
         try:
-            async with until(asyncio.get_running_loop().time() + SETTLE_S):
-                while (await self._status()).status == "running":
+            async with asyncio.timeout_at(end):
+                while (await self._status(sooner(deadline, end))).status == "running":
                     await asyncio.sleep(SETTLE_POLL_S)
         except TimeoutError:
             raise Busy("The agent did not stop after the interrupt.") from None
 
-    async def _keys(self, content: str, kind: str) -> None:
+    async def _keys(self, content: str, kind: str, deadline: float | None) -> None:
         try:
             await self._call(lambda: self.client.app_request("POST", self.app, "message",
-                                                             json={"content": content, "type": kind}))
+                                                             json={"content": content, "type": kind},
+                                                             deadline=deadline))
         except ce.CoderError as exc:
             if is_busy_refusal(exc):
                 raise Busy("The agent already has a running task.") from None
             raise
 
-    async def interrupt(self) -> None:
-        if not (await self.live()).can_interrupt:
+    async def interrupt(self, *, deadline: float | None) -> None:
+        if not (await self.live(deadline=deadline)).can_interrupt:
             raise NotSupported("This agent speaks AgentAPI's ACP transport, where ESC does not interrupt a task.")
-        await self._keys(ESC, "raw")
+        await self._keys(ESC, "raw", deadline)
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
+                     deadline: float | None) -> None:
         # AgentAPI cannot tell a pending choice from a finished turn; only the reporter's evidence can, so the
         # fleet checks before it answers, `prompt_id` (the screen's digest) included: AgentAPI cannot.
         # Keys go as typed: "1", "2", "y", "n", or an Enter for "allow".
         keys = {"allow": "\r", "deny": ESC}.get(decision, decision)
         if not keys:
             raise NothingPending("Nothing to answer with.")
-        await self._keys(keys, "raw")
+        await self._keys(keys, "raw", deadline)
         if message:
-            await self._settle()
-            await self._keys(message, "user")
+            await self._settle(deadline)
+            await self._keys(message, "user", deadline)
 
-    async def reported_errors(self, wait: float) -> list[str]:
+    async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         """The `agent_error`s AgentAPI replays at the start of `/events` (bounded by `wait` seconds).
 
         The stream replays messages, a status change, then stored errors, and goes
@@ -160,7 +165,7 @@ class AgentAPIDriver:
         errors: list[str] = []
 
         async def read() -> None:
-            async with self.client.app_events(self.app, "events") as events:
+            async with self.client.app_events(self.app, "events", deadline=deadline) as events:
                 replayed_status = False
                 async for event in events:
                     if replayed_status and event.event != "agent_error":
@@ -175,9 +180,10 @@ class AgentAPIDriver:
             pass
         return [e for e in errors if e]
 
-    async def results(self) -> list[TurnResult]:
+    async def results(self, *, deadline: float | None) -> list[TurnResult]:
         raise NotSupported("Turn results, cost and budgets need the runner; this agent runs on AgentAPI.")
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> None:
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> None:
         raise NotSupported("AgentAPI records no changes: diffs need the runner.")
 

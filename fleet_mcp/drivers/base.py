@@ -57,6 +57,7 @@ class Live:
     error: str | None = None
     since: datetime | None = None
     current_task: str | None = None
+    latest_output: str | None = None  # the tail of the newest thing the agent said: untrusted text (runner)
     queued: int = 0
     turns: int | None = None
     cost_usd: float | None = None
@@ -140,37 +141,40 @@ class Driver(Protocol):
     slug: str  # the app it is reached through
     address: tuple[str, str, str | None, str]  # owner, workspace, agent, app slug: where it reaches the agent
 
-    async def live(self) -> Live:
-        """The state now."""
+    async def live(self, *, deadline: float | None) -> Live:
+        """The state now (its request over by `deadline`, a loop time; every method takes one)."""
         ...
 
-    async def conversation(self) -> list[Message]:
+    async def conversation(self, *, deadline: float | None) -> list[Message]:
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
+                   deadline: float | None) -> bool:
         """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
         started. `Busy` when refused."""
         ...
 
-    async def interrupt(self) -> None:
+    async def interrupt(self, *, deadline: float | None) -> None:
         """Interrupt the running turn (the agent stays)."""
         ...
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
+                     deadline: float | None) -> None:
         """Answer what the agent waits on, only if it is `prompt_id` where the program can check it itself
         (`StalePrompt` when another prompt waits); `NothingPending` when it waits on nothing."""
         ...
 
-    async def reported_errors(self, wait: float) -> list[str]:
+    async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         """Errors the program itself reported, newest last (best effort, bounded by `wait`)."""
         ...
 
-    async def results(self) -> list[TurnResult]:
+    async def results(self, *, deadline: float | None) -> list[TurnResult]:
         """Finished turns, oldest first; `NotSupported` where the program keeps none."""
         ...
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> Any:
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> Any:
         """A page of the diff of the last task or of everything since the start; `NotSupported` where the
         program records no changes, `DriverError` (its reason) when it cannot give this one."""
         ...

@@ -51,6 +51,7 @@ class _State(LenientModel):
     session_id: str | None = None
     model: str | None = None
     current_task: str | None = None
+    latest_output: str | None = None
     pending: _Pending | None = None
     answered: ListOf[_Answered] = []
     error: str | None = None
@@ -147,61 +148,65 @@ class RunnerDriver:
         self._locked = locked
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
-                    limit: Limit = "status") -> Any:
+                    limit: Limit = "status", *, deadline: float | None) -> Any:
         if self._locked:
             raise Unkeyed(f"The runner cannot be called: {self._locked}.")
         sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
         try:
             return await _reachable(self.slug, lambda: self.client.app_request(
-                method, self.app, rest, model, json=body, limit=limit), self.address[1])
+                method, self.app, rest, model, json=body, limit=limit, deadline=deadline), self.address[1])
         finally:
             APP_HEADERS.reset(sent)
 
-    async def live(self) -> Live:
-        s: _State = await self._call("GET", "state", _State)
+    async def live(self, *, deadline: float | None) -> Live:
+        s: _State = await self._call("GET", "state", _State, deadline=deadline)
         p = s.pending
         pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
-        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error,
-                    since=s.since, current_task=s.current_task, queued=s.queued, turns=s.turns,
+        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error, since=s.since,
+                    current_task=s.current_task, latest_output=s.latest_output, queued=s.queued, turns=s.turns,
                     cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
                     changes_summary=s.changes_summary, answered=tuple(a.answered() for a in s.answered))
 
-    async def conversation(self) -> list[Message]:
-        page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation")
+    async def conversation(self, *, deadline: float | None) -> list[Message]:
+        page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation",
+                                                  deadline=deadline)
         return page.conversation()
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
+                   deadline: float | None) -> bool:
         body: dict[str, Any] = {"content": text, "if_busy": if_busy}
         if result_schema is not None:
             body["result_schema"] = result_schema
         try:
-            sent: _Sent = await self._call("POST", "message", _Sent, body)
+            sent: _Sent = await self._call("POST", "message", _Sent, body, deadline=deadline)
         except ce.Conflict as exc:
             raise Busy("The agent already has a running task.") from exc
         return sent.queued
 
-    async def interrupt(self) -> None:
+    async def interrupt(self, *, deadline: float | None) -> None:
         try:
-            await self._call("POST", "interrupt", None, {})
+            await self._call("POST", "interrupt", None, {}, deadline=deadline)
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
+                     deadline: float | None) -> None:
         try:
             await self._call("POST", "answer", None, {"decision": decision, "message": message,
-                                                      "prompt_id": prompt_id or ""})
+                                                      "prompt_id": prompt_id or ""}, deadline=deadline)
         except ce.Conflict as exc:
             if not prompt_id:
                 raise NothingPending("The agent is not waiting for an answer.") from None
-            now = await self.live()  # the runner refused it atomically; what waits now, and what became of it
+            # The runner refused it atomically: what waits now, and what became of it.
+            now = await self.live(deadline=deadline)
             raise StalePrompt(exc.message, now.pending, now.answer_of(prompt_id)) from None
 
-    async def reported_errors(self, wait: float) -> list[str]:
-        state: _State = await self._call("GET", "state", _State)
+    async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
+        state: _State = await self._call("GET", "state", _State, deadline=deadline)
         return [state.error] if state.error else []
 
-    async def results(self) -> list[TurnResult]:
-        page: _Results = await self._call("GET", "results", _Results, limit="conversation")
+    async def results(self, *, deadline: float | None) -> list[TurnResult]:
+        page: _Results = await self._call("GET", "results", _Results, limit="conversation", deadline=deadline)
         return [TurnResult(task=r.task, text=r.text, is_error=r.is_error, finished_at=r.finished_at,
                            num_turns=r.num_turns, duration_ms=r.duration_ms, cost_usd=r.total_cost_usd,
                            session_id=r.session_id, pull_request_url=r.pull_request_url,
@@ -209,11 +214,12 @@ class RunnerDriver:
                            changes_unavailable=r.changes_unavailable, structured=r.structured)
                 for r in page.results]
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> Any:
+    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> Any:
         query = urlencode({"scope": scope, "format": fmt, "page": page, "page_size": page_size,
                            **({"path": path} if path is not None else {})})
         try:
-            return await self._call("GET", f"diff?{query}", _Diff)
+            return await self._call("GET", f"diff?{query}", _Diff, deadline=deadline)
         except ce.BadRequest as exc:
             raise DriverError(exc.message) from None
 

@@ -66,30 +66,31 @@ class Fleet:
 
     # --- projects and roles -------------------------------------------------------
 
-    async def projects(self) -> Projects:
-        return await self.catalog.projects()
+    async def projects(self, *, deadline: float | None) -> Projects:
+        return await self.catalog.projects(deadline=deadline)
 
-    async def roles(self, project: str) -> Roles:
-        return await self.catalog.roles(project)
+    async def roles(self, project: str, *, deadline: float | None) -> Roles:
+        return await self.catalog.roles(project, deadline=deadline)
 
     # --- finding an agent -----------------------------------------------------------
 
-    async def workspace(self, name: str) -> Workspace:
-        """The token user's workspace of that name (not yet known to be an agent)."""
+    async def workspace(self, name: str, *, deadline: float | None) -> Workspace:
+        """The token user's workspace of that name (not yet known to be an agent). Every method that asks
+        Coder or a driver takes the call's `deadline` (loop time; `polling`)."""
         if not valid_name(name):
             raise not_found(f"No agent named {name[:40]!r}.", agent_name=name[:40])
         try:
-            return await self.client.workspace_by_name("me", name)
+            return await self.client.workspace_by_name("me", name, deadline=deadline)
         except (ce.NotFound, ce.Gone):
             raise not_found(f"No agent named {name!r}.", agent_name=name) from None
 
-    async def params(self, ws: Workspace) -> dict[str, str]:
+    async def params(self, ws: Workspace, *, deadline: float | None) -> dict[str, str]:
         """Its build parameters, once the fleet's marker is confirmed among them."""
         build = ws.latest_build.id
         params = self._params.get(build)
         if params is None:
             # A build's parameters are fixed when it is created: kept by build id, asked once per build.
-            params = {p.name: p.value for p in await self.client.build_parameters(build)}
+            params = {p.name: p.value for p in await self.client.build_parameters(build, deadline=deadline)}
             if len(self._params) >= PARAMS_KEPT:
                 del self._params[next(iter(self._params))]
             self._params[build] = params
@@ -98,10 +99,10 @@ class Fleet:
             raise not_found(f"No agent named {ws.name!r}.", agent_name=ws.name)
         return params
 
-    async def find(self, name: str) -> tuple[Workspace, dict[str, str]]:
+    async def find(self, name: str, *, deadline: float | None) -> tuple[Workspace, dict[str, str]]:
         """The token user's fleet workspace of that name, with its build parameters, marker confirmed."""
-        ws = await self.workspace(name)
-        return ws, await self.params(ws)
+        ws = await self.workspace(name, deadline=deadline)
+        return ws, await self.params(ws, deadline=deadline)
 
     def driver(self, ws: Workspace) -> Driver | None:
         """The driver of a workspace whose agent is up, else None. A runner's key is a build parameter: read
@@ -116,10 +117,10 @@ class Fleet:
         _, app = agent_and_app(ws, self.slugs)
         return app is not None and app.slug == self.slugs.runner and ws.latest_build.id not in self._params
 
-    async def keyed_driver(self, ws: Workspace) -> Driver | None:
+    async def keyed_driver(self, ws: Workspace, *, deadline: float | None) -> Driver | None:
         """`driver`, with the runner's key read first where it is not known yet (one request per build)."""
         if self._runner_unkeyed(ws):
-            await self.params(ws)
+            await self.params(ws, deadline=deadline)
         return self.driver(ws)
 
     def remember(self, name: str, driver: Driver | None) -> None:
@@ -134,33 +135,36 @@ class Fleet:
     def remembered(self, name: str) -> Driver | None:
         return self._ready.get(name.lower())
 
-    async def live(self, driver: Driver | None) -> tuple[Live | None, str | None]:
+    async def live(self, driver: Driver | None, *, deadline: float | None) -> tuple[Live | None, str | None]:
         """(the driver's live state, or why it could not be had)."""
         if driver is None:
             return None, None
         try:
-            return await driver.live(), None
+            return await driver.live(deadline=deadline), None
         except Unreachable as exc:
             return None, why_unreachable(exc)
 
-    async def snapshot(self, name: str, *, conversation: bool = False) -> tuple[Snapshot, list[Message] | None]:
+    async def snapshot(self, name: str, *, conversation: bool = False,
+                       deadline: float | None) -> tuple[Snapshot, list[Message] | None]:
         """The agent: its workspace, then parameters (asked once per build) ∥ live state ∥ conversation. For an
         agent last seen ready, its driver is asked along with the workspace at the address it had: one round
         trip, its answers used only if the workspace still says that address and confirms a fleet agent."""
         known = self.remembered(name)
         early: dict[str, Awaitable[Any]] = {} if known is None else {
-            "live": self.live(known), "conversation": quietly(known.conversation()) if conversation else nothing()}
+            "live": self.live(known, deadline=deadline),
+            "conversation": quietly(known.conversation(deadline=deadline)) if conversation else nothing()}
         with prefetch(early) as begun:
-            ws = await self.workspace(name)
+            ws = await self.workspace(name, deadline=deadline)
             if self._runner_unkeyed(ws):
-                await self.params(ws)  # the runner's key is a build parameter: read first, once per build
+                await self.params(ws, deadline=deadline)  # the runner's key is a build parameter: read first
             driver = self._driver_of(ws)
             ready = driver if isinstance(base_status(ws, self.slugs), Ready) else None
             if begun and same_reach(known, ready):
                 reads: tuple[Awaitable[Any], ...] = (begun["live"], begun["conversation"])
             else:
-                reads = (self.live(ready), quietly(ready.conversation()) if ready and conversation else nothing())
-            params, (live, unreachable), messages = await asyncio.gather(self.params(ws), *reads)
+                reads = (self.live(ready, deadline=deadline),
+                         quietly(ready.conversation(deadline=deadline)) if ready and conversation else nothing())
+            params, (live, unreachable), messages = await asyncio.gather(self.params(ws, deadline=deadline), *reads)
             self.remember(ws.name, ready)
             return Snapshot(ws, params, live, unreachable, driver), messages
 
@@ -173,19 +177,20 @@ class Fleet:
         return bad_request(f"Agent {snap.workspace.name!r} is {status.value}, {what}."
                            + (f" {status.problem}" if status.problem else "") + hint, status=status.value)
 
-    async def ready(self, name: str) -> tuple[Workspace, Driver, Live]:
+    async def ready(self, name: str, *, deadline: float | None) -> tuple[Workspace, Driver, Live]:
         """An agent whose driver answers, for an operation on its conversation; `bad_request` otherwise."""
-        ws, params = await self.find(name)
+        ws, params = await self.find(name, deadline=deadline)
         driver = self.driver(ws)  # `find` read the parameters, the runner's key among them
-        live, unreachable = await self.live(driver)
+        live, unreachable = await self.live(driver, deadline=deadline)
         if driver is None or live is None:
             raise self.not_ready(Snapshot(ws, params, live, unreachable))
         return ws, driver, live
 
     # --- describing -------------------------------------------------------------------
 
-    async def list_agents(self, status: str | None = None, project: str | None = None) -> AgentList:
-        page = await self.client.workspaces(FLEET_QUERY)
+    async def list_agents(self, status: str | None = None, project: str | None = None, *,
+                          deadline: float | None) -> AgentList:
+        page = await self.client.workspaces(FLEET_QUERY, deadline=deadline)
         with collection_paused():  # the listing is read and dropped before a collection can walk it
             agents = self._summaries(page.workspaces, status, project)
             del page
@@ -205,26 +210,26 @@ class Fleet:
             agents.append(summary)
         return agents
 
-    async def show(self, name: str) -> ShownAgent:
+    async def show(self, name: str, *, deadline: float | None) -> ShownAgent:
         """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline
         while its workspace runs, what its program itself reported."""
-        snap, messages = await self.snapshot(name, conversation=True)
+        snap, messages = await self.snapshot(name, conversation=True, deadline=deadline)
         status = with_screen_prompt(live_status(snap, self.slugs), snap.driver, messages)
-        problem = await self._with_reported_errors(snap, status.problem) if (
+        problem = await self._with_reported_errors(snap, status.problem, deadline) if (
             status.value in ("failed", "offline") and snap.workspace.latest_build.status == "running") else None
-        statuses = await self.statuses(snap.workspace)
+        statuses = await self.statuses(snap.workspace, deadline=deadline)
         asked = next((m.content for m in reversed(messages or []) if m.role == "user"), None) if snap.live else None
         current = asked or reported_task(snap.workspace, self.slugs) or snap.params.get(TASK) or None
         return ShownAgent(agent=agent_answer(snap.workspace, snap.params, status, current, statuses, problem=problem,
                                              driver=snap.driver, live=snap.live))
 
-    async def _with_reported_errors(self, snap: Snapshot, problem: str | None) -> str | None:
+    async def _with_reported_errors(self, snap: Snapshot, problem: str | None, deadline: float | None) -> str | None:
         """Add what the agent's program itself reported, when it can be reached."""
         driver = snap.driver
         if driver is None:
             return problem
         try:
-            reported = (await driver.reported_errors(self.settings.agent_error_wait_s))[-3:]
+            reported = (await driver.reported_errors(self.settings.agent_error_wait_s, deadline=deadline))[-3:]
         except (ce.CoderError, DriverError):
             return problem
         if not reported:
@@ -232,14 +237,15 @@ class Fleet:
         who = "AgentAPI" if driver.kind == "agentapi" else "The runner"
         return " ".join(filter(None, [problem, f"{who} reported: " + "; ".join(reported)]))
 
-    async def statuses(self, ws: Workspace) -> list[WorkspaceAppStatus]:
+    async def statuses(self, ws: Workspace, *, deadline: float | None) -> list[WorkspaceAppStatus]:
         """The driver app's statuses, newest first, from the newest start build that has them."""
         found = self._statuses_of(ws.latest_build)
         if found is not None:
             return found
-        for build in await self.client.builds(ws.id):  # stopped or building: the history stays on a start build
+        # Stopped or building: the history stays on a start build.
+        for build in await self.client.builds(ws.id, deadline=deadline):
             if build.transition == "start" and build.status != "pending":
-                found = self._statuses_of(await self.client.build(build.id))
+                found = self._statuses_of(await self.client.build(build.id, deadline=deadline))
                 if found is not None:
                     return found
         return []
@@ -248,9 +254,9 @@ class Fleet:
         app = next((a for agent in build.agents if (a := driver_app(agent, self.slugs))), None)
         return list(app.statuses) if app is not None else None
 
-    async def history(self, name: str, page: int, page_size: int) -> TaskHistory:
-        ws, _ = await self.find(name)
-        statuses = await self.statuses(ws)
+    async def history(self, name: str, page: int, page_size: int, *, deadline: float | None) -> TaskHistory:
+        ws, _ = await self.find(name, deadline=deadline)
+        statuses = await self.statuses(ws, deadline=deadline)
         tasks = [Task(message=s.message, uri=s.uri, state=s.state, created_at=iso(s.created_at) or "",
                       needs_user_attention=needs_attention(statuses, i))
                  for i, s in enumerate(statuses) if not _ends_same_turn(statuses, i)]
@@ -258,8 +264,8 @@ class Fleet:
         return TaskHistory(tasks=tasks[start:end], total_count=len(tasks), page=page, page_size=size,
                            total_pages=pages)
 
-    async def log(self, name: str, page: int, page_size: int) -> AgentLog:
-        snap, messages = await self.snapshot(name, conversation=True)
+    async def log(self, name: str, page: int, page_size: int, *, deadline: float | None) -> AgentLog:
+        snap, messages = await self.snapshot(name, conversation=True, deadline=deadline)
         if snap.live is None or messages is None:
             raise self.not_ready(snap, "its log is readable while it runs")
         newest_first = list(reversed(messages))

@@ -29,23 +29,25 @@ class Builds:
         self._hurry = asyncio.Event()
 
     async def create(self, name: str, template_id: str, preset_id: str | None, values: dict[str, str],
-                     ttl_ms: int | None = None) -> Workspace:
+                     ttl_ms: int | None = None, *, deadline: float | None) -> Workspace:
         """Create the workspace; `Conflict` when the name is taken. After a failure that may have landed,
-        adopt the workspace only if it is the one asked for; never post twice."""
+        adopt the workspace only if it is the one asked for; never post twice. Requests are over by
+        `deadline` (loop time), as in every method here."""
         try:
-            return await self.client.create_workspace("me", name=name, template_id=template_id,
-                                                      preset_id=preset_id, parameters=values, ttl_ms=ttl_ms)
+            return await self.client.create_workspace("me", name=name, template_id=template_id, preset_id=preset_id,
+                                                      parameters=values, ttl_ms=ttl_ms, deadline=deadline)
         except (ce.Unavailable, ce.ServerError):
-            return await self._adopt(name, values)
+            return await self._adopt(name, values, deadline)
 
-    async def _adopt(self, name: str, values: dict[str, str]) -> Workspace:
+    async def _adopt(self, name: str, values: dict[str, str], deadline: float | None) -> Workspace:
         answered = False  # did Coder answer a lookup (and say no such workspace)?
 
-        async def look() -> Workspace | None:
+        async def look(by: float) -> Workspace | None:
             nonlocal answered
             try:
-                ws = await self.client.workspace_by_name("me", name)
-                params = {p.name: p.value for p in await self.client.build_parameters(ws.latest_build.id)}
+                ws = await self.client.workspace_by_name("me", name, deadline=by)
+                params = {p.name: p.value for p in await self.client.build_parameters(ws.latest_build.id,
+                                                                                      deadline=by)}
             except ce.NotFound:
                 answered = True
                 return None
@@ -63,7 +65,8 @@ class Builds:
         wait = self.settings.create_adopt_wait_s
         try:
             async with asyncio.timeout(wait + 1.0):  # one deadline for every read, retries included
-                found = await poll_until(look, timeout_s=wait, interval_s=self.settings.poll_interval_s)
+                found = await poll_until(look, timeout_s=wait, interval_s=self.settings.poll_interval_s,
+                                         deadline=deadline)
         except TimeoutError:
             found = None
         if found is not None:
@@ -74,7 +77,7 @@ class Builds:
         raise unavailable(f"Coder could not be reached to learn whether agent {name!r} was created. Check with "
                           "show_agent before creating it again.", name=name)
 
-    async def transition(self, ws: Workspace, to: Transition) -> bool:
+    async def transition(self, ws: Workspace, to: Transition, *, deadline: float | None) -> bool:
         """Request a `start`, `stop` or `delete` build, cancelling (where the template allows) or waiting for
         an active build first.
 
@@ -85,34 +88,34 @@ class Builds:
         if _already(ws, to):
             return False
         if ws.latest_build.job.status not in BUILD_ACTIVE:
-            return await self._request(ws, to)
-        task = asyncio.ensure_future(self._cancel_then_request(ws, to))
+            return await self._request(ws, to, deadline)
+        task = asyncio.ensure_future(self._cancel_then_request(ws, to, deadline))
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
         return await asyncio.shield(task)
 
-    async def _cancel_then_request(self, ws: Workspace, to: Transition) -> bool:
+    async def _cancel_then_request(self, ws: Workspace, to: Transition, deadline: float | None) -> bool:
         try:
-            await self.client.cancel_build(ws.latest_build.id)
+            await self.client.cancel_build(ws.latest_build.id, deadline=deadline)
         except (ce.Forbidden, ce.BadRequest):
             pass  # the template does not let users cancel: wait for the build instead
         except ce.Gone:
             return False
         try:
-            ws = await self.wait_idle(ws.id)
+            ws = await self.wait_idle(ws.id, deadline=deadline)
         except ce.Gone:
             return False
-        return False if _already(ws, to) else await self._request(ws, to)
+        return False if _already(ws, to) else await self._request(ws, to, deadline)
 
-    async def _request(self, ws: Workspace, to: Transition) -> bool:
+    async def _request(self, ws: Workspace, to: Transition, deadline: float | None) -> bool:
         try:
             try:
-                await self._request_build(ws.id, to)
+                await self._request_build(ws.id, to, deadline)
             except ce.Conflict:
-                latest = await self.wait_idle(ws.id)
+                latest = await self.wait_idle(ws.id, deadline=deadline)
                 if _already(latest, to):
                     return False
-                await self._request_build(ws.id, to)
+                await self._request_build(ws.id, to, deadline)
         except ce.Gone:
             return False
         return True
@@ -123,13 +126,13 @@ class Builds:
         if self._finishing:
             await asyncio.wait(set(self._finishing), timeout=timeout)
 
-    async def _request_build(self, workspace_id: str, to: Transition) -> None:
+    async def _request_build(self, workspace_id: str, to: Transition, deadline: float | None) -> None:
         """Post the build once; when its answer is lost, look at the workspace to learn whether it landed."""
         try:
-            await self.client.create_build(workspace_id, to)
+            await self.client.create_build(workspace_id, to, deadline=deadline)
         except (ce.Unavailable, ce.ServerError) as exc:
             try:
-                landed = _already(await self.client.workspace(workspace_id), to)
+                landed = _already(await self.client.workspace(workspace_id, deadline=deadline), to)
             except ce.Gone:
                 landed = to == "delete"
             except ce.CoderError:
@@ -138,17 +141,17 @@ class Builds:
                 raise unavailable(f"Coder did not take the {to} build (it answered: {exc.message}); nothing "
                                   "changed. Try again.", transition=to) from None
 
-    async def wait_idle(self, workspace_id: str) -> Workspace:
+    async def wait_idle(self, workspace_id: str, *, deadline: float | None) -> Workspace:
         """Wait (bounded) until the workspace has no active build."""
         last: list[Workspace] = []
 
-        async def idle() -> Workspace | None:
-            ws = await self.client.workspace(workspace_id)
+        async def idle(by: float) -> Workspace | None:
+            ws = await self.client.workspace(workspace_id, deadline=by)
             last[:] = [ws]
             return ws if ws.latest_build.job.status not in BUILD_ACTIVE else None
 
         ws = await poll_until(idle, timeout_s=self.settings.delete_wait_s, interval_s=self.settings.poll_interval_s,
-                              hurry=self._hurry)
+                              deadline=deadline, hurry=self._hurry)
         if ws is None:
             raise FleetError("unavailable", "The workspace is still busy with a build; try again shortly.",
                              {"workspace_status": last[-1].latest_build.status if last else None})

@@ -19,10 +19,19 @@ the moments its take-back needs (a delete that must wait for a build Coder does 
 
 Workspaces being deleted do not count: their delete build is pending or running, and Coder drops them from
 listings once it is done (a delete that fails counts again).
+
+The check before a create is only there to refuse cheaply (nothing built) a fleet that is clearly full, so
+it may read a count this server already holds (`Headcount`): the last one it asked of Coder, at most
+`HELD_S` old, moved by the creates and deletes this server made since. A warm create is then the POST and
+the confirming count: two requests. The held count is used only while it leaves two places free (this
+create's and one more); the last place is always counted afresh, and so is a refusal. What the held count
+cannot know (another replica's creates since) costs at worst a build that the confirmation takes back:
+never an agent over the cap, since the confirmation alone decides who stays.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -35,10 +44,13 @@ from .polling import poll_until
 from ..rules import FLEET_QUERY
 from ..settings import Settings
 
-__all__ = ["Cap", "Tally", "counts"]
+__all__ = ["HELD_S", "Cap", "Headcount", "Tally", "counts"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UNDONE = ("failed", "canceling", "canceled")  # a delete build that will not remove the workspace
+# How long a count asked of Coder stands in for the check before a create: short, since another replica's
+# creates since then are not in it (what that costs is a build taken back, never an agent over the cap).
+HELD_S = 30.0
 
 
 def counts(ws: Workspace) -> bool:
@@ -55,6 +67,37 @@ class Tally:
     leaving: int = 0
 
 
+class Headcount:
+    """The fleet's size as this server last counted it, moved by its own creates and deletes since.
+
+    A count asked of Coder at loop time `at` stands for `HELD_S`. A create answered after `at` adds one (a
+    count asked before the answer may or may not hold it: counted twice rather than missed), a delete sent
+    after `at` takes one away (a count asked after it was sent may still hold it: again counted, not
+    missed). So it errs high, where the price is one more request, not low.
+    """
+
+    def __init__(self) -> None:
+        self._seen: tuple[float, int] | None = None  # (loop time the count was asked, agents counted)
+        self._moves: list[tuple[float, int]] = []  # (loop time, +1 for a create answered, -1 a delete sent)
+
+    def saw(self, at: float, agents: int) -> None:
+        """Coder counted `agents` on a request sent at loop time `at`."""
+        if self._seen is None or at >= self._seen[0]:
+            self._seen = (at, agents)
+            self._moves = [m for m in self._moves if m[0] > at]
+
+    def moved(self, at: float, by: int) -> None:
+        """This server changed the fleet by `by` at loop time `at`."""
+        self._moves = [m for m in self._moves if m[0] > at - HELD_S] + [(at, by)]
+
+    def now(self, at: float) -> int | None:
+        """The fleet's size at loop time `at`, if a count young enough is held."""
+        if self._seen is None or at - self._seen[0] >= HELD_S:
+            return None
+        since, agents = self._seen
+        return agents + sum(by for t, by in self._moves if t > since)
+
+
 class Cap:
     """Refuses a create over the cap, and takes back a create that a concurrent one pushed over it."""
 
@@ -62,18 +105,32 @@ class Cap:
         self.client = client
         self.builds = builds
         self.settings = settings
+        self.headcount = Headcount()
 
-    async def tally(self) -> Tally:
-        """The fleet's size before a create: one small listing, the whole fleet only when it is at the cap."""
+    async def tally(self, *, deadline: float | None) -> Tally:
+        """The fleet's size before a create: the held count while it leaves two places free, else one small
+        listing, and the whole fleet only when it is at the cap."""
         cap = self.settings.max_agents
         if not cap:
             return Tally(0)
-        total = (await self.client.workspaces(FLEET_QUERY, limit=1)).count
+        loop = asyncio.get_running_loop()
+        held = self.headcount.now(loop.time())
+        if held is not None and held + 2 <= cap:
+            return Tally(held)
+        asked = loop.time()
+        total = (await self.client.workspaces(FLEET_QUERY, limit=1, deadline=deadline)).count
         if total < cap:
+            self.headcount.saw(asked, total)  # those being deleted included: it errs high
             return Tally(total)
-        listed = (await self.client.workspaces(FLEET_QUERY)).workspaces
+        asked = loop.time()
+        listed = (await self.client.workspaces(FLEET_QUERY, deadline=deadline)).workspaces
         agents = sum(counts(w) for w in listed)
+        self.headcount.saw(asked, agents)
         return Tally(agents, len(listed) - agents)
+
+    def deleting(self, sent_at: float) -> None:
+        """This server started deleting an agent (its delete build was requested at loop time `sent_at`)."""
+        self.headcount.moved(sent_at, -1)
 
     def check(self, tally: Tally) -> None:
         """`conflict` when the fleet has no room for one more agent."""
@@ -88,20 +145,26 @@ class Cap:
                        "agents that are done (list_agents shows each one's last_activity_at; stopped ones cost "
                        "nothing running but still count), then create again.", **details)
 
-    async def confirm(self, ws: Workspace) -> None:
+    async def confirm(self, ws: Workspace, *, deadline: float | None) -> None:
         """After creating `ws`: return when it is within the cap; else take it back and answer `conflict`."""
         cap = self.settings.max_agents
         if not cap:
             return
+        loop = asyncio.get_running_loop()
+        self.headcount.moved(loop.time(), +1)
         seen: list[int] = []
 
-        async def verdict() -> bool | None:
+        async def verdict(by: float) -> bool | None:
             try:
-                if (await self.client.workspaces(FLEET_QUERY, limit=1)).count <= cap:
+                asked = loop.time()
+                if (total := (await self.client.workspaces(FLEET_QUERY, limit=1, deadline=by)).count) <= cap:
+                    self.headcount.saw(asked, total)
                     return True
-                live = [w for w in (await self.client.workspaces(FLEET_QUERY)).workspaces if counts(w)]
+                asked = loop.time()
+                live = [w for w in (await self.client.workspaces(FLEET_QUERY, deadline=by)).workspaces if counts(w)]
             except ce.CoderError:
                 return None  # unknown yet: asked again until the wait ends, then taken back
+            self.headcount.saw(asked, len(live))
             seen[:] = [len(live)]
             if len(live) <= cap:
                 return True
@@ -110,14 +173,17 @@ class Cap:
             return False if place >= cap else None
 
         wait = self.settings.create_adopt_wait_s
-        if await poll_until(verdict, timeout_s=wait, interval_s=self.settings.poll_interval_s):
+        if await poll_until(verdict, timeout_s=wait, interval_s=self.settings.poll_interval_s, deadline=deadline):
             return
-        await self._take_back(ws, seen[0] if seen else None)
+        await self._take_back(ws, seen[0] if seen else None, deadline)
 
-    async def _take_back(self, ws: Workspace, agents: int | None) -> None:
+    async def _take_back(self, ws: Workspace, agents: int | None, deadline: float | None) -> None:
         cap = self.settings.max_agents
         try:
-            await self.builds.transition(await self.client.workspace(ws.id), "delete")
+            current = await self.client.workspace(ws.id, deadline=deadline)
+            sent = asyncio.get_running_loop().time()
+            if await self.builds.transition(current, "delete", deadline=deadline):
+                self.deleting(sent)
         except ce.Gone:
             pass
         except (ce.CoderError, FleetError):

@@ -38,15 +38,17 @@ class Lifecycle:
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
-                     max_cost_usd: float | None = None, result_schema: dict[str, Any] | None = None) -> CreatedAgent:
+                     max_cost_usd: float | None = None, result_schema: dict[str, Any] | None = None,
+                     deadline: float | None) -> CreatedAgent:
         check_name(name)
         check_text("spec", spec)
         if result_schema is not None:
             check_result_schema(result_schema)
         catalog = self.fleet.catalog
-        counting = asyncio.ensure_future(self.cap.tally())  # the cap's count goes along with the first lookup
+        # The cap's count goes along with the first lookup.
+        counting = asyncio.ensure_future(self.cap.tally(deadline=deadline))
         attempt = functools.partial(self._create, name, project, role, spec, counting, autostop_minutes, model,
-                                    max_turns, max_cost_usd, result_schema)
+                                    max_turns, max_cost_usd, result_schema, deadline=deadline)
         try:
             # A listing of templates younger than the cache's TTL saves a request per create. Whatever it
             # may have wrong (a template pushed, renamed or removed since) is asked of Coder again before
@@ -61,7 +63,7 @@ class Lifecycle:
     async def _create(self, name: str, project: str, role: str, spec: str, counting: asyncio.Future[Tally],
                       autostop_minutes: int | None, model: str | None, max_turns: int | None,
                       max_cost_usd: float | None, result_schema: dict[str, Any] | None, *,
-                      cached: bool) -> CreatedAgent | None:
+                      cached: bool, deadline: float | None) -> CreatedAgent | None:
         """One try; with `cached`, None where what the cached listing said proves wrong (to be tried afresh)."""
         fleet, catalog = self.fleet, self.fleet.catalog
         # What the cached listing may have got wrong: a project it lacks, a version it lists since gone, or
@@ -70,14 +72,14 @@ class Lifecycle:
         lacks: tuple[type[Exception], ...] = (FleetError, ce.NotFound) if cached else ()
         refuses: tuple[type[Exception], ...] = (ce.BadRequest, ce.NotFound) if cached else ()
         try:
-            template, params = await catalog.project(project, cached=cached)
+            template, params = await catalog.project(project, cached=cached, deadline=deadline)
         except lacks:
             return None
         except FleetError as exc:
             raise bad_request(exc.message, **(exc.details or {})) from None
         self.cap.check(await counting)
         try:
-            choices = await catalog.role_choices(template, params)
+            choices = await catalog.role_choices(template, params, deadline=deadline)
         except refuses:
             return None
         choice = next((c for c in choices if c.role.name == role), None)
@@ -100,13 +102,13 @@ class Lifecycle:
             values[RESULT_SCHEMA] = json.dumps(result_schema, separators=(",", ":"), ensure_ascii=False)
         ttl_ms = self._ttl_ms(template, autostop_minutes)
         try:
-            ws = await fleet.builds.create(name, template.id, choice.preset_id, values, ttl_ms)
+            ws = await fleet.builds.create(name, template.id, choice.preset_id, values, ttl_ms, deadline=deadline)
         except ce.Conflict:
             # Coder's own answer when the name is taken (case-insensitively), by an agent or anything else.
             raise bad_request(f"An agent or workspace named {name!r} already exists.", name=name) from None
         except refuses:
             return None
-        await self.cap.confirm(ws)  # a concurrent create (any replica) may have taken the last place
+        await self.cap.confirm(ws, deadline=deadline)  # a concurrent create (any replica) may have taken the last place
         # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
         agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
@@ -151,44 +153,47 @@ class Lifecycle:
                               field="model")
         return {k: str(v) for k, v in values.items() if v is not None}
 
-    async def delete(self, name: str) -> DeleteResult:
+    async def delete(self, name: str, *, deadline: float | None) -> DeleteResult:
         fleet = self.fleet
         try:
-            ws, _ = await fleet.find(name)
+            ws, _ = await fleet.find(name, deadline=deadline)
         except FleetError as exc:
-            gone = await self._deleted(name) if exc.error == "not_found" else None
+            gone = await self._deleted(name, deadline) if exc.error == "not_found" else None
             if gone is None:
                 raise
             ws, already = gone, True
         else:
-            already = not await fleet.builds.transition(ws, "delete")
+            sent = asyncio.get_running_loop().time()
+            already = not await fleet.builds.transition(ws, "delete", deadline=deadline)
+            if not already:
+                self.cap.deleting(sent)
         said = "was already deleted" if already else "is being deleted"
         return DeleteResult(message=f"Agent {ws.name!r} {said}.", already_deleted=already,
                             deleted_agent=DeletedAgent(name=ws.name, workspace_id=ws.id))
 
-    async def _deleted(self, name: str) -> Workspace | None:
+    async def _deleted(self, name: str, deadline: float | None) -> Workspace | None:
         """The agent of that name that is deleted or being deleted, if there was one (so a repeated or
         concurrent delete succeeds, and a name that never was an agent stays not found)."""
         if not valid_name(name):
             return None
         try:
-            ws = await self.fleet.client.workspace_by_name("me", name, include_deleted=True)
-            await self.fleet.params(ws)
+            ws = await self.fleet.client.workspace_by_name("me", name, include_deleted=True, deadline=deadline)
+            await self.fleet.params(ws, deadline=deadline)
         except (ce.NotFound, ce.Gone, FleetError):
             return None
         return ws if ws.latest_build.transition == "delete" else None
 
-    async def stop(self, name: str) -> ShownAgent:
+    async def stop(self, name: str, *, deadline: float | None) -> ShownAgent:
         """Stop the agent's workspace (its conversation is kept); a stopped agent answers as it is."""
-        return await self._build(name, "stop")
+        return await self._build(name, "stop", deadline)
 
-    async def start(self, name: str) -> ShownAgent:
+    async def start(self, name: str, *, deadline: float | None) -> ShownAgent:
         """Start the agent's workspace again; it resumes its conversation."""
-        return await self._build(name, "start")
+        return await self._build(name, "start", deadline)
 
-    async def _build(self, name: str, to: Transition) -> ShownAgent:
-        ws, _ = await self.fleet.find(name)
+    async def _build(self, name: str, to: Transition, deadline: float | None) -> ShownAgent:
+        ws, _ = await self.fleet.find(name, deadline=deadline)
         if ws.latest_build.transition == "delete":
             raise bad_request(f"Agent {name!r} is being deleted.", status="deleting")
-        await self.fleet.builds.transition(ws, to)
-        return await self.fleet.show(name)
+        await self.fleet.builds.transition(ws, to, deadline=deadline)
+        return await self.fleet.show(name, deadline=deadline)

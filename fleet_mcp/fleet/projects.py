@@ -67,10 +67,10 @@ class Catalog:
         """Whether a listing of templates younger than the TTL is held."""
         return self._listing is not None and time.monotonic() - self._listing[0] < self.ttl_s
 
-    async def _templates(self, cached: bool) -> list[Template]:
+    async def _templates(self, cached: bool, deadline: float | None) -> list[Template]:
         if cached and self._listing is not None and self.listing_cached():
             return self._listing[1]
-        templates = await self.client.templates()
+        templates = await self.client.templates(deadline=deadline)
         self._listing = (time.monotonic(), templates)
         return templates
 
@@ -85,33 +85,36 @@ class Catalog:
         self._cache[(kind, version_id)] = (now, value)
         return value
 
-    async def parameters(self, version_id: str) -> list[RichParameter]:
+    async def parameters(self, version_id: str, *, deadline: float | None) -> list[RichParameter]:
         params: list[RichParameter] = await self._cached(
-            "parameters", version_id, lambda: self.client.rich_parameters(version_id))
+            "parameters", version_id, lambda: self.client.rich_parameters(version_id, deadline=deadline))
         return params
 
-    async def presets(self, version_id: str) -> list[Preset]:
-        presets: list[Preset] = await self._cached("presets", version_id, lambda: self.client.presets(version_id))
+    async def presets(self, version_id: str, *, deadline: float | None) -> list[Preset]:
+        presets: list[Preset] = await self._cached(
+            "presets", version_id, lambda: self.client.presets(version_id, deadline=deadline))
         return presets
 
-    async def templates(self, *, cached: bool = False) -> list[tuple[Template, list[RichParameter]]]:
+    async def templates(self, *, cached: bool = False,
+                        deadline: float | None) -> list[tuple[Template, list[RichParameter]]]:
         """Templates whose active version declares every fleet parameter, with those parameters (`cached`:
-        from a listing younger than the TTL, when one is held)."""
-        templates = await self._templates(cached)
-        params = await asyncio.gather(*(self.parameters(t.active_version_id) for t in templates))
+        from a listing younger than the TTL, when one is held; requests over by `deadline`, a loop time)."""
+        templates = await self._templates(cached, deadline)
+        params = await asyncio.gather(*(self.parameters(t.active_version_id, deadline=deadline) for t in templates))
         return [(t, p) for t, p in zip(templates, params, strict=True)
                 if set(FLEET_PARAMETERS) <= {x.name for x in p}]
 
-    async def projects(self) -> Projects:
+    async def projects(self, *, deadline: float | None) -> Projects:
         return Projects(projects=[
             Project(name=t.name, display_name=t.display_name or t.name, description=t.description,
                     template_id=t.id, template_name=t.name)
-            for t, _ in await self.templates()])
+            for t, _ in await self.templates(deadline=deadline)])
 
-    async def project(self, name: str, *, cached: bool = False) -> tuple[Template, list[RichParameter]]:
+    async def project(self, name: str, *, cached: bool = False,
+                      deadline: float | None) -> tuple[Template, list[RichParameter]]:
         """The project by template name or display name, case-insensitive."""
         wanted = name.strip().lower()
-        found = [(t, p) for t, p in await self.templates(cached=cached)
+        found = [(t, p) for t, p in await self.templates(cached=cached, deadline=deadline)
                  if wanted in (t.name.lower(), (t.display_name or "").lower())]
         if not found:
             raise not_found(f"No project named {name[:80]!r}. list_agent_projects shows the projects.",
@@ -121,9 +124,10 @@ class Catalog:
                               candidates=[t.name for t, _ in found])
         return found[0]
 
-    async def role_choices(self, template: Template, params: list[RichParameter]) -> list[RoleChoice]:
-        return roles_from(params, await self.presets(template.active_version_id))
+    async def role_choices(self, template: Template, params: list[RichParameter], *,
+                           deadline: float | None) -> list[RoleChoice]:
+        return roles_from(params, await self.presets(template.active_version_id, deadline=deadline))
 
-    async def roles(self, project: str) -> Roles:
-        template, params = await self.project(project)
-        return Roles(roles=[c.role for c in await self.role_choices(template, params)])
+    async def roles(self, project: str, *, deadline: float | None) -> Roles:
+        template, params = await self.project(project, deadline=deadline)
+        return Roles(roles=[c.role for c in await self.role_choices(template, params, deadline=deadline)])

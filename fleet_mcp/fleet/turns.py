@@ -17,7 +17,7 @@ from ..errors import FleetError, bad_request, conflict, unavailable
 from ..drivers.keys import SECRET_SETTING
 from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
 from ..models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
-from .polling import poll_until, until
+from .polling import poll_until, sooner
 from .reads import prefetch, quietly
 from ..rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
@@ -39,11 +39,11 @@ class Turns:
         self.fleet = fleet
 
     async def start(self, name: str, description: str, if_busy: IfBusy = "reject",
-                    result_schema: dict[str, Any] | None = None) -> TaskResult:
+                    result_schema: dict[str, Any] | None = None, *, deadline: float | None) -> TaskResult:
         check_text("task_description", description)
         if result_schema is not None:
             check_result_schema(result_schema)
-        _, driver, live = await self.fleet.ready(name)
+        _, driver, live = await self.fleet.ready(name, deadline=deadline)
         if result_schema is not None and driver.kind != "runner":
             raise bad_request(f"Agent {name!r} runs on AgentAPI, which cannot give a typed answer: result_schema "
                               "needs a runner agent.", field="result_schema", driver=driver.kind)
@@ -51,9 +51,9 @@ class Turns:
             raise conflict(f"Agent {name!r} already has a running task. Wait for it (wait_for_agents), or send "
                            "with if_busy='queue' or 'interrupt'.", status="busy")
         try:
-            queued = await driver.send(description, if_busy, result_schema)
+            queued = await driver.send(description, if_busy, result_schema, deadline=deadline)
         except (ce.Unavailable, ce.ServerError) as exc:
-            if not await _landed(driver, description):
+            if not await _landed(driver, description, deadline):
                 raise unavailable(f"The task did not reach agent {name!r} ({exc.message}); it was not sent. "
                                   "Try again.") from None
             queued = False
@@ -66,18 +66,18 @@ class Turns:
                 else f"Task sent to agent {name!r}.")
         return TaskResult(task=task, agent_status="busy", message=said)
 
-    async def cancel(self, name: str) -> TaskResult:
+    async def cancel(self, name: str, *, deadline: float | None) -> TaskResult:
         """Interrupt the agent's turn and wait (bounded) for it to stop. Its state, the interrupt and the wait
         share `cancel_wait_s` (the last look `last_probe_s` more), whatever the agent's routes do."""
         fleet, settings = self.fleet, self.fleet.settings
-        ws, params = await fleet.find(name)
+        ws, params = await fleet.find(name, deadline=deadline)
         driver = fleet.driver(ws)
         loop = asyncio.get_running_loop()
         wait = settings.cancel_wait_s
         end = loop.time() + wait
         try:
-            async with until(end):
-                before, unreachable = await fleet.live(driver)
+            async with asyncio.timeout_at(end):
+                before, unreachable = await fleet.live(driver, deadline=sooner(deadline, end))
         except TimeoutError:
             raise unavailable(f"Agent {name!r} did not say within {wait:g} s whether it is working; no interrupt "
                               "was sent. Try again.", interrupt_delivered=False) from None
@@ -87,8 +87,8 @@ class Turns:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
         lost: str | None = None  # why the interrupt's answer was lost, if it was
         try:
-            async with until(end):
-                await driver.interrupt()
+            async with asyncio.timeout_at(end):
+                await driver.interrupt(deadline=sooner(deadline, end))
         except TimeoutError:
             lost = f"no answer within {wait:g} s"
         except (ce.Unavailable, ce.ServerError) as exc:
@@ -99,9 +99,9 @@ class Turns:
             pass
         seen: list[str] = []  # the states the wait read
 
-        async def stopped() -> Live | None:
+        async def stopped(by: float) -> Live | None:
             try:
-                live = await driver.live()
+                live = await driver.live(deadline=by)
             except (ce.Unavailable, ce.ServerError, ce.AppProxyError, DriverError):
                 return None  # not known yet: asked again until the wait ends
             seen.append(live.state)
@@ -109,7 +109,8 @@ class Turns:
             ended = live.turns is not None and before.turns is not None and live.turns > before.turns
             return live if ended or live.state not in ("working", "needs_input") else None
 
-        after = await poll_until(stopped, timeout_s=max(0.0, end - loop.time()), interval_s=settings.poll_interval_s)
+        after = await poll_until(stopped, timeout_s=max(0.0, end - loop.time()), interval_s=settings.poll_interval_s,
+                                 deadline=deadline)
         if after is None and lost is not None:
             if seen:
                 raise unavailable(f"The interrupt did not take ({lost}): agent {name!r} is still working. Try "
@@ -117,7 +118,7 @@ class Turns:
             raise unavailable(f"Whether the interrupt reached agent {name!r} is not known: its answer was lost "
                               f"({lost}) and the agent's state could not be read within {wait:g} s. Check with "
                               "show_agent before cancelling again.", interrupt_delivered=None)
-        statuses = await fleet.statuses(await fleet.client.workspace(ws.id))
+        statuses = await fleet.statuses(await fleet.client.workspace(ws.id, deadline=deadline), deadline=deadline)
         said = next((s for s in statuses if s.state == "working" and s.message), None)
         interrupted = before.current_task or (said.message if said else "") or "Task"
         task = Task(message=f"{interrupted} - canceled", uri=said.uri if said else "", state="canceled",
@@ -135,7 +136,8 @@ class Turns:
         busy = after is None or after.state in ("working", "needs_input")
         return TaskResult(task=task, agent_status="busy" if busy else "idle", message=message)
 
-    async def answer(self, name: str, decision: str, message: str = "", prompt_id: str = "") -> AnswerResult:
+    async def answer(self, name: str, decision: str, message: str = "", prompt_id: str = "", *,
+                     deadline: float | None) -> AnswerResult:
         """Answer prompt `prompt_id`, and only it: a prompt answered or gone meanwhile is a `conflict` saying what
         waits now. A reply lost on the way is resolved by reading whether that prompt was answered."""
         if decision not in ("allow", "deny") and not (decision.isdigit() and len(decision) <= 2):
@@ -144,7 +146,7 @@ class Turns:
         if not prompt_id.strip() or len(prompt_id) > 100:
             raise bad_request("prompt_id must name the prompt you answer, as show_agent, list_agents, show_agents "
                               "or wait_for_agents show it (pending.prompt_id).", field="prompt_id")
-        snap, messages = await self.fleet.snapshot(name, conversation=True)
+        snap, messages = await self.fleet.snapshot(name, conversation=True, deadline=deadline)
         driver = snap.driver
         status = with_screen_prompt(live_status(snap, self.fleet.slugs), driver, messages)
         if driver is None or snap.live is None:
@@ -154,16 +156,17 @@ class Turns:
         if driver.kind != "runner" and (status.pending is None or status.pending.id != prompt_id):
             raise _stale(name, prompt_id, status.pending if status.value == "needs_input" else None, None)
         try:
-            await driver.answer(decision, message, prompt_id)  # the runner checks the prompt itself, atomically
+            # The runner checks the prompt itself, atomically.
+            await driver.answer(decision, message, prompt_id, deadline=deadline)
         except (ce.Unavailable, ce.ServerError) as exc:
-            await self._landed_answer(name, driver, decision, prompt_id, exc)
+            await self._landed_answer(name, driver, decision, prompt_id, exc, deadline)
         except StalePrompt as exc:
             raise _stale(name, prompt_id, exc.pending, exc.answered) from None
         except NothingPending:
             raise _stale(name, prompt_id, None, None) from None
         except DriverError as exc:
             raise refused(name, exc) from None
-        live, unreachable = await self.fleet.live(driver)
+        live, unreachable = await self.fleet.live(driver, deadline=deadline)
         after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
         return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id,
                             agent_status=after.value,
@@ -171,11 +174,11 @@ class Turns:
                             message=f"Answered {decision!r} to prompt {prompt_id}; the agent is {after.value}.")
 
     async def _landed_answer(self, name: str, driver: Driver, decision: str, prompt_id: str,
-                             lost: ce.CoderError) -> None:
+                             lost: ce.CoderError, deadline: float | None) -> None:
         """After an answer whose reply was lost: returns if it landed, else says what became of the prompt."""
-        live, _ = await self.fleet.live(driver)
+        live, _ = await self.fleet.live(driver, deadline=deadline)
         if driver.kind != "runner":  # AgentAPI keeps no record: the screen says whether the keys landed
-            shown = screen_prompt(await quietly(driver.conversation()) or [])
+            shown = screen_prompt(await quietly(driver.conversation(deadline=deadline)) or [])
             if live is None or (live.state != "working" and shown is not None and shown.id == prompt_id):
                 raise unavailable(f"The answer did not reach agent {name!r} ({lost.message}); prompt {prompt_id} "
                                   "still waits. Answer again with the same prompt_id.", prompt_id=prompt_id) from None
@@ -190,26 +193,27 @@ class Turns:
             return  # it landed; only the reply was lost
         raise _stale(name, prompt_id, live.pending, answered)
 
-    async def result(self, name: str) -> TurnOutcome:
+    async def result(self, name: str, *, deadline: float | None) -> TurnOutcome:
         # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
         # turn's changes and typed answer): one round trip, used only if the workspace still says that address.
         known = self.fleet.remembered(name)
-        early = {"results": known.results()} if known is not None and known.kind == "runner" else {}
+        early = {"results": known.results(deadline=deadline)} if known is not None and known.kind == "runner" else {}
         with prefetch(early) as begun:
-            snap, messages = await self.fleet.snapshot(name, conversation=not begun)
+            snap, messages = await self.fleet.snapshot(name, conversation=not begun, deadline=deadline)
             driver = snap.driver
             if driver is None or snap.live is None:
                 raise self.fleet.not_ready(snap, "so its result cannot be read")
             if driver.kind == "runner":
-                results = await (begun["results"] if begun and same_reach(known, driver) else driver.results())
+                results = await (begun["results"] if begun and same_reach(known, driver)
+                                 else driver.results(deadline=deadline))
             elif messages is None:
-                messages = await quietly(driver.conversation())
+                messages = await quietly(driver.conversation(deadline=deadline))
         if driver.kind == "runner":
             if not results:
                 raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
                     snap, self.fleet.slugs).value)
             return _outcome(name, results[-1], sum(r.cost_usd or 0.0 for r in results), "runner")
-        statuses = await self.fleet.statuses(snap.workspace)
+        statuses = await self.fleet.statuses(snap.workspace, deadline=deadline)
         ended = next((s for s in statuses if s.state in ("complete", "failure")), None)
         if ended is None:
             raise bad_request(f"Agent {name!r} has not finished a turn yet.")
@@ -224,19 +228,19 @@ class Turns:
         return _outcome(name, turn, None, "agentapi")
 
     async def diff(self, name: str, scope: DiffScope = "task", path: str | None = None, fmt: str = "unified",
-                   page: int = 1, page_size: int = 20) -> AgentDiff:
+                   page: int = 1, page_size: int = 20, *, deadline: float | None) -> AgentDiff:
         """A page of the agent's diff (its last task's, or everything since it was created), by file."""
         if page < 1:
             raise bad_request("page must be 1 or more.", field="page")
         if path is not None:
             path = _repository_path(path)
         size = min(max(page_size, 1), DIFF_PAGE_MAX)
-        ws, params = await self.fleet.find(name)
+        ws, params = await self.fleet.find(name, deadline=deadline)
         driver = self.fleet.driver(ws)
         if driver is None:
             raise self.fleet.not_ready(Snapshot(ws, params, None, None), "so its diff cannot be read")
         try:
-            d: Any = await driver.diff(scope, path, fmt, page, size)
+            d: Any = await driver.diff(scope, path, fmt, page, size, deadline=deadline)
         except Unreachable as exc:
             raise self.fleet.not_ready(Snapshot(ws, params, None, why_unreachable(exc)),
                                        "so its diff cannot be read") from None
@@ -263,10 +267,10 @@ def refused(name: str, exc: DriverError, **details: Any) -> FleetError:
     return bad_request(f"Agent {name!r}: {exc}", **details)
 
 
-async def _landed(driver: Driver, text: str) -> bool:
+async def _landed(driver: Driver, text: str, deadline: float | None) -> bool:
     """After a send whose answer was lost: is the task in the conversation, running, or queued?"""
     try:
-        live, messages = await driver.live(), await driver.conversation()
+        live, messages = await driver.live(deadline=deadline), await driver.conversation(deadline=deadline)
     except (ce.CoderError, DriverError):
         return False
     recent = [m.content.strip() for m in messages[-4:] if m.role == "user"]

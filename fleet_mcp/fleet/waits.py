@@ -17,7 +17,7 @@ from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
-from .reads import prefetch, quietly
+from .reads import prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
@@ -32,27 +32,28 @@ Progress = Callable[[float, float, str], Awaitable[None]]
 
 
 class Listing:
-    """The fleet's workspace listing, fetched at most once per `max_age` however many callers ask."""
+    """The fleet's workspace listing, fetched at most once per `max_age` however many callers ask (a fetch
+    is given the deadline of the caller that began it)."""
 
-    def __init__(self, fetch: Callable[[], Awaitable[WorkspacesPage]]) -> None:
+    def __init__(self, fetch: Callable[[float | None], Awaitable[WorkspacesPage]]) -> None:
         self._fetch = fetch
         self._page: WorkspacesPage | None = None
         self.asked_at = float("-inf")  # loop time the held page was asked for: what it is as old as
         self._inflight: asyncio.Future[WorkspacesPage] | None = None
 
-    async def get(self, max_age: float) -> WorkspacesPage:
+    async def get(self, max_age: float, *, deadline: float | None) -> WorkspacesPage:
         loop = asyncio.get_running_loop()
         if self._page is not None and loop.time() - self.asked_at < max_age:
             return self._page
         if self._inflight is None:
-            self._inflight = asyncio.ensure_future(self._refresh())
+            self._inflight = asyncio.ensure_future(self._refresh(deadline))
         # Shielded: one caller going away (a cancelled wait) must not cancel the others' listing.
         return await asyncio.shield(self._inflight)
 
-    async def _refresh(self) -> WorkspacesPage:
+    async def _refresh(self, deadline: float | None) -> WorkspacesPage:
         try:
             asked = asyncio.get_running_loop().time()
-            page = await self._fetch()
+            page = await self._fetch(deadline)
             self._page, self.asked_at = page, asked
             return page
         finally:
@@ -70,10 +71,10 @@ class Waits:
         self.fleet = fleet
         self.meter = meter if meter is not None else Meter(fleet.settings.rate_share)
         self.stopping = stopping if stopping is not None else asyncio.Event()  # set when the server stops
-        self.listing = Listing(lambda: fleet.client.workspaces(FLEET_QUERY))
+        self.listing = Listing(lambda deadline: fleet.client.workspaces(FLEET_QUERY, deadline=deadline))
 
     async def wait(self, names: list[str], until: Sequence[Condition], mode: str, timeout_s: float,
-                   progress: Progress) -> WaitResult:
+                   progress: Progress, *, deadline: float | None) -> WaitResult:
         names = _names(names)
         if not until or any(u not in CONDITIONS for u in until):
             raise bad_request(f"until must name one or more of {', '.join(CONDITIONS)}.", field="until")
@@ -84,13 +85,14 @@ class Waits:
         interval = settings.wait_poll_interval_s
         loop = asyncio.get_running_loop()
         started = loop.time()
-        page = await self.listing.get(max_age=0)  # names are checked against now: an agent just created counts
+        # Names are checked against now: an agent just created counts.
+        page = await self.listing.get(max_age=0, deadline=deadline)
         known = {ws.name.lower(): ws for ws in page.workspaces}
         missing = [n for n in names if n.lower() not in known]
         if missing:
             raise not_found(f"No agent named {missing[0]!r}.", agent_names=missing)
         wanted, last_said = set(until), float("-inf")
-        deadline = started + timeout_s
+        ends = started + timeout_s
         while True:
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
@@ -107,14 +109,14 @@ class Waits:
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
             # next listing asked at most one interval after it. Progress keeps its own beat in between.
             next_poll = self.listing.asked_at + interval
-            await self._pause(max(0.0, min(next_poll, last_said + settings.progress_interval_s, deadline)
+            await self._pause(max(0.0, min(next_poll, last_said + settings.progress_interval_s, ends)
                                   - loop.time()), loop.time() - started)
-            if loop.time() < min(next_poll, deadline):
+            if loop.time() < min(next_poll, ends):
                 continue  # woken to say progress: the listing is still young
-            if self.meter.free_in() > max(0.0, deadline - loop.time()):
+            if self.meter.free_in() > max(0.0, ends - loop.time()):
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
-            page = await self.listing.get(max_age=interval)
+            page = await self.listing.get(max_age=interval, deadline=deadline)
 
     async def _pause(self, seconds: float, waited: float) -> None:
         """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
@@ -148,58 +150,62 @@ class Waits:
             message = f"{len(met)} of {len(agents)} reached {condition}; the others are gone."
         return WaitResult(agents=agents, met=met, timed_out=timed_out, waited_s=round(waited, 2), message=message)
 
-    async def glance(self, names: list[str]) -> AgentGlances:
+    async def glance(self, names: list[str], *, deadline: float | None) -> AgentGlances:
         names = _names(names, most=MAX_GLANCES)
         # The agents last seen ready are asked along with the listing (one round trip, not two); what the
         # listing shows changed since (stopped, rebuilt elsewhere) is asked again or left out.
         known = {n: d for n in names if (d := self.fleet.remembered(n)) is not None}
-        with prefetch({n: self._details(d) for n, d in known.items()}) as begun:
-            page = await self.listing.get(max_age=0)  # fresh: a glance is a read of now
+        with prefetch({n: self._details(d, deadline) for n, d in known.items()}) as begun:
+            page = await self.listing.get(max_age=0, deadline=deadline)  # fresh: a glance is a read of now
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             return AgentGlances(agents=list(await asyncio.gather(*(
-                self._glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None)
+                self._glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
                 for n in names))))
 
-    async def _glance(self, name: str, ws: Workspace | None,
-                      early: tuple[Driver, asyncio.Future[Details]] | None) -> AgentGlance:
+    async def _glance(self, name: str, ws: Workspace | None, early: tuple[Driver, asyncio.Future[Details]] | None,
+                      deadline: float | None) -> AgentGlance:
         if ws is None:
             self.fleet.remember(name, None)
             error = not_found(f"No agent named {name!r}.", agent_name=name)
             return AgentGlance(name=name, error={"error": error.error, "message": error.message,
                                                  "details": error.details})
         task = reported_task(ws, self.fleet.slugs)
-        driver = await self.fleet.keyed_driver(ws)
+        driver = await self.fleet.keyed_driver(ws, deadline=deadline)
         self.fleet.remember(ws.name, driver)
         if driver is None:
             status = list_status(ws, self.fleet.slugs)
             return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
                                current_task=task, problem=status.problem)
         reused = early[1] if early is not None and same_reach(early[0], driver) else None
-        live, unreachable, messages = await (reused or self._details(driver))
+        live, unreachable, messages = await (reused or self._details(driver, deadline))
         if driver.kind == "runner":  # only the runner says live what the reports cannot: a pending permission
             status = live_status(Snapshot(ws, {}, live, unreachable), self.fleet.slugs)
         elif unreachable is not None:
             status = Status("offline", unreachable, "driver")
         else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
             status = list_status(ws, self.fleet.slugs)
-        asked = [m.content for m in messages or [] if m.role == "user"]
         status = with_screen_prompt(status, driver, messages)
-        return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
-                           current_task=(asked[-1] if asked and messages is not None else task),
-                           problem=status.problem, latest_output=_preview(messages),
+        if driver.kind == "runner":  # its /state carries the task and the newest output: no conversation asked
+            current = (live.current_task if live else None) or task
+            output = _cut(live.latest_output) if live else None
+        else:
+            asked = [m.content for m in messages or [] if m.role == "user"]
+            current, output = (asked[-1] if asked and messages is not None else task), _preview(messages)
+        return AgentGlance(name=ws.name, status=status.value, status_source=status.source, current_task=current,
+                           problem=status.problem, latest_output=output,
                            last_turn=(live.last_turn if live and live.last_turn else status.last_turn),
                            cost_usd=live.last_cost_usd if live else None,
                            changes_summary=live.changes_summary if live else None,
                            pending=prompt(status.pending) if status.value == "needs_input" else None)
 
-    async def _details(self, driver: Driver) -> Details:
-        """(live state, why the agent could not be reached, conversation) as a glance needs them."""
+    async def _details(self, driver: Driver, deadline: float | None) -> Details:
+        """(live state, why the agent could not be reached, conversation) as a glance needs them: the runner's
+        live state alone (one request), AgentAPI's conversation alone."""
         if driver.kind == "runner":
-            (live, unreachable), messages = await asyncio.gather(self.fleet.live(driver),
-                                                                 quietly(driver.conversation()))
-            return live, unreachable, messages
+            live, unreachable = await self.fleet.live(driver, deadline=deadline)
+            return live, unreachable, None
         try:
-            return None, None, await driver.conversation()
+            return None, None, await driver.conversation(deadline=deadline)
         except Unreachable as exc:
             return None, str(exc), None
 
@@ -209,10 +215,14 @@ def _agents(count: int) -> str:
 
 
 def _preview(messages: list[Message] | None) -> str | None:
-    said = [m.content.strip() for m in messages or [] if m.role not in ("user",) and m.content.strip()]
-    if not said:
+    return _cut(next((m.content for m in reversed(messages or []) if m.role != "user" and m.content.strip()), None))
+
+
+def _cut(text: str | None) -> str | None:
+    """The agent's own words, stripped, their last PREVIEW_CHARS characters: data, however long it wrote."""
+    text = (text or "").strip()
+    if not text:
         return None
-    text = said[-1]
     return text if len(text) <= PREVIEW_CHARS else "…" + text[-(PREVIEW_CHARS - 1):]
 
 

@@ -18,7 +18,7 @@ from .changes import ChangeLog, line
 from .prompts import Conflict, Prompts
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
-from .store import Message, Result, Saved, Store, now_iso
+from .store import Message, Result, Saved, Store, latest_output, latest_task, now_iso
 
 __all__ = ["Conversation"]
 
@@ -41,7 +41,7 @@ class Conversation:
         self.since = now_iso()
         self.error: str | None = None
         self.prompts = Prompts()
-        self.current_task: str | None = self.saved.results[-1].task if self.saved.results else None
+        self.current_task: str | None = latest_task(self.saved)
         self.last_activity_at: str | None = None
         self._client: Any = None
         self._started_at = ""
@@ -63,6 +63,7 @@ class Conversation:
     def state_json(self) -> dict[str, Any]:
         return {"state": self.state, "since": self.since, "session_id": self.saved.session_id,
                 "model": self.saved.model, "current_task": self.current_task,
+                "latest_output": latest_output(self.saved.messages),  # the agent's words: data for a glance
                 "pending": self.prompts.pending.json() if self.prompts.pending else None,
                 "answered": self.prompts.answered[-10:],
                 "error": self.error,

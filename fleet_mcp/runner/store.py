@@ -11,12 +11,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MESSAGES_KEPT", "RESULTS_KEPT", "Message", "Result", "Saved", "Store", "now_iso"]
+__all__ = ["MESSAGES_KEPT", "PREVIEW_CHARS", "RESULTS_KEPT", "Message", "Result", "Saved", "Store", "latest_output",
+           "latest_task", "now_iso"]
 
 log = logging.getLogger("fleet_mcp.runner")
 MESSAGES_KEPT = 1000  # older ones are dropped (ids keep counting), so each write stays bounded
 RESULTS_KEPT = 200
 VERSION = 1
+PREVIEW_CHARS = 300  # of the newest output, in /state: what a fleet's glance shows, without the conversation
 
 
 def now_iso() -> str:
@@ -69,6 +71,21 @@ class Saved:
     messages: list[Message] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     queue: list[str | dict[str, Any]] = field(default_factory=list)  # a task's text, or {content, result_schema}
+
+
+def latest_output(messages: list[Message]) -> str | None:
+    """The newest entry that is not the user's, stripped, its last `PREVIEW_CHARS` characters ('…' first when
+    cut); None before the agent said anything."""
+    for m in reversed(messages):
+        if m.role != "user" and (text := m.content.strip()):
+            return text if len(text) <= PREVIEW_CHARS else "…" + text[-(PREVIEW_CHARS - 1):]
+    return None
+
+
+def latest_task(saved: Saved) -> str | None:
+    """The newest prompt in the conversation (a turn cut short by a restart included), else the last result's."""
+    asked = next((m.content for m in reversed(saved.messages) if m.role == "user"), None)
+    return asked if asked is not None else saved.results[-1].task if saved.results else None
 
 
 class Store:

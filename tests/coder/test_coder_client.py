@@ -131,11 +131,10 @@ async def test_the_leaf_client_counts_its_requests_and_keeps_within_the_callers_
     sent: list[float] = []
     end = asyncio.get_running_loop().time() + 0.5
     async with CoderClient("http://coder.test", TOKEN, transport=httpx.ASGITransport(app=emulator.app),
-                           retry_budget_s=20.0, on_request=lambda: sent.append(time.monotonic()),
-                           deadline=lambda: end) as c:
+                           retry_budget_s=20.0, on_request=lambda: sent.append(time.monotonic())) as c:
         started = time.monotonic()
         with pytest.raises(ce.ServerError):
-            await c.me()
+            await c.me(deadline=end)
     assert time.monotonic() - started < 1.5
     rules = (await coder.get("/emulator/faults")).json()["faults"]
     assert len(sent) == rules[0]["fired"] >= 2

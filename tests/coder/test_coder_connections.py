@@ -109,6 +109,34 @@ async def test_kept_connections_are_reused():
     assert server.connections == 1
 
 
+async def test_a_burst_spreads_over_small_pools_and_lone_requests_keep_to_the_first():
+    """coder/pools.py: httpcore's bookkeeping per request grows with the square of a pool's connections, so a
+    burst is spread over several small pools; a lone request reuses the first pool's kept connection."""
+    burst, arrived = 30, asyncio.Event()
+
+    async def together(reader, writer, server):  # answers once the whole burst is in: all in flight at once
+        while target := await server.request(reader):
+            if len(server.requests) <= burst:
+                if len(server.requests) == burst:
+                    arrived.set()
+                await arrived.wait()
+            writer.write(answer({"path": target}))
+            await writer.drain()
+
+    app = App("o", "w", None, "s")
+    async with scripted(together) as server:
+        async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
+            pools = coder._transport
+            answers = await asyncio.gather(*(coder.app_request("GET", app, f"p{i}", dict) for i in range(burst)))
+            assert [a["path"] for a in answers] == [f"/@o/w/apps/s/p{i}" for i in range(burst)]
+            kept = [len(pool._pool.connections) for pool in pools._pools]
+            assert kept == [burst // len(kept)] * len(kept) and pools._busy == [0] * len(kept)
+            for path in ("a", "b", "c"):
+                await coder.app_request("GET", app, path, dict)
+            assert pools._busy == [0] * len(kept)
+    assert server.connections == burst  # the lone requests went on a kept connection
+
+
 async def test_coder_requests_succeed_with_1100_descriptors_open():
     """The HTTP server lifts its descriptor limit and holds ~1,000 connections: the fleet's own sockets to Coder
     then get descriptors past 1023, which `select.select` cannot watch (the deleted transport's failure)."""

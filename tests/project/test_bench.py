@@ -107,3 +107,15 @@ def test_runner_agents_are_measured_through_their_app_routes(figures):
     # show_agents waited on the stand-in at least once: a lookup and each runner's /state
     assert number(f["show_agents_20_runner_wall_ms"], f["latency_ms"], 60_000)
     assert number(f["show_agents_20_runner_latencies"], 1, 500)
+
+
+def test_the_overhead_breakdown_measures_each_server_it_names():
+    """`bench/overhead.py` (where show_agent's overhead goes) runs its four servers and prints a figure for each."""
+    done = subprocess.run([sys.executable, str(BENCH.with_name("overhead.py")), "--calls", "5", "--latency-ms", "5",
+                           "--json"], capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    f = json.loads(done.stdout)
+    assert f["calls"] == 5 and f["latency_ms"] == 5
+    for server in ("bare_echo", "bare_answer", "fleet_from_memory", "fleet"):
+        assert number(f[server]["cpu_ms"], 0, 1_000) and number(f[server]["overhead_ms"], 0, 1_000), server

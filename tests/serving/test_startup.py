@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,6 +143,18 @@ def test_a_client_without_the_token_is_told_which_header_to_send(tmp_path):
             found = httpx.get(base + path, timeout=WAIT_S)
             assert found.status_code == 404, path
             assert "no OAuth" in found.json()["message"]
+
+
+def test_the_server_never_imports_httpx_own_command_line_client():
+    """httpx imports its CLI (click, rich, pygments: 15-20 ms of start-up) whenever they are installed; the
+    server's process never runs it, and httpx still offers its `main` (the fallback that names the extra)."""
+    probe = ("import sys; from fleet_mcp.cli import main; from fleet_mcp.serving import preflight; "
+             "import fleet_mcp.server, httpx; "
+             "print(sys.modules['httpx._main'] is None, 'pygments' in sys.modules, callable(httpx.main))")
+    done = subprocess.run([sys.executable, "-c", probe], env=clean_env(), capture_output=True, text=True,
+                          timeout=WAIT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True"]
 
 
 # --- --help ----------------------------------------------------------------------------

@@ -16,9 +16,12 @@ from processes import free_port
 from support import CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp import deadlines
+from fleet_mcp import tools as tool_functions
+from fleet_mcp.coder import errors as ce
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
+from fleet_mcp.serving.users import Services
 
 SMALL = {"request_timeout_s": 0.4, "connect_timeout_s": 0.2, "retry_budget_s": 0.6, "cancel_wait_s": 0.5,
          "delete_wait_s": 0.5, "create_adopt_wait_s": 0.4, "poll_interval_s": 0.05, "wait_poll_interval_s": 0.1}
@@ -113,3 +116,31 @@ async def _cancel_with_status_stalling(tools: Tools, emulator: Emulator, wait: f
     with capsys.disabled():
         print(f"\ncancel with the agent's status stalling, cancel wait {wait:g} s: "
               + ", ".join(f"{k}: answered in {v:.2f} s" for k, v in took.items()))
+
+
+async def test_the_deadline_a_call_is_given_ends_its_reads_retries(emulator, conformance, monkeypatch):
+    """Issue 21 item 6: the deadline is an argument, not a context variable. Coder's listing fails with 502
+    again and again, and the retry budget is 20 s. A tool function run alone (no server around it to cut it)
+    with a deadline half a second away gives up there, with Coder's own error; through the server, the tool
+    answers `unavailable` by its deadline."""
+    rule = emulator.control.faults.add({"match": "GET /api/v2/workspaces", "kind": "status", "code": 502})
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    loop = asyncio.get_running_loop()
+    services = Services.open(fleet_settings(retry_budget_s=20.0), transport)
+    async with services.client:
+        started = loop.time()
+        with pytest.raises(ce.ServerError):
+            async with asyncio.timeout(5.0):  # what the retry budget alone would take: 20 s
+                await tool_functions.list_agents(fleet=services.fleet, deadline=started + 0.5)
+        took_alone = loop.time() - started
+    assert 0.4 <= took_alone < 1.5, took_alone
+    assert rule.fired >= 2  # retried until the deadline
+
+    monkeypatch.setattr(deadlines, "MARGIN_S", 0.5)  # wait_for_agents' deadline: 0 s + 0.5 s + 0.5 s
+    settings = fleet_settings(retry_budget_s=20.0, request_timeout_s=0.5)
+    async with Client(build_server(settings, transport=transport)) as client:
+        started = loop.time()
+        answer = await Tools(client).error("wait_for_agents", agent_names=["any"], timeout_s=0)
+        took = loop.time() - started
+    assert answer["error"] == "unavailable", answer
+    assert took < deadlines.wait(settings, {"timeout_s": 0}) + 0.5, took

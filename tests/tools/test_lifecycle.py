@@ -106,6 +106,61 @@ async def test_concurrent_creates_on_two_servers_never_pass_the_cap(emulator, co
         assert ws["latest_build"]["transition"] == "delete" and ws["latest_build"]["status"] == "deleted", ws
 
 
+async def test_a_held_count_never_lets_the_fleet_past_the_cap(emulator, conformance, coder):
+    """Issue 21: a server's held count misses what other servers made since; the confirmation still holds."""
+    emulator.backend.time_per_request = 0.2
+
+    def server():
+        transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+        return Client(build_server(fleet_settings(max_agents=4), transport=transport))
+
+    async with server() as a, server() as b, server() as c:
+        one, two, three = Tools(a), Tools(b), Tools(c)
+        await one("create_agent", name="a-0", project="fleet-demo", spec=SPEC)  # one holds 1 of 4
+        await two("create_agent", name="b-1", project="fleet-demo", spec=SPEC)  # two holds 2 of 4
+        await three("create_agent", name="c-2", project="fleet-demo", spec=SPEC)  # 3 of 4: one place left
+        emulator.backend.requests.clear()
+        answers = await asyncio.gather(one("create_agent", name="a-3", project="fleet-demo", spec=SPEC),
+                                       two("create_agent", name="b-3", project="fleet-demo", spec=SPEC))
+        # Neither counted before its create (each held a count with two places free): both were built.
+        assert emulator.backend.requests["POST /api/v2/users/{user}/workspaces"] == 2
+        made = [x["agent"]["name"] for x in answers if "agent" in x]
+        refused = [x for x in answers if "agent" not in x]
+        assert len(made) == 1 and len(refused) == 1, answers
+        assert refused[0]["error"] == "conflict" and "FLEET_MCP_MAX_AGENTS=4" in refused[0]["message"]
+        emulator.advance(120)
+        listed = {x["name"] for x in (await one("list_agents"))["agents"]}
+        assert listed == {"a-0", "b-1", "c-2", *made}  # the fleet ends at its cap
+        # Both hold a count at the cap now (their confirmations counted it): a full fleet is refused before
+        # anything is built.
+        emulator.backend.requests.clear()
+        for tools in (one, two):
+            full = await tools.error("create_agent", name="late", project="fleet-demo", spec=SPEC)
+            assert full["details"] == {"agents": 4, "max_agents": 4}, full
+        assert "POST /api/v2/users/{user}/workspaces" not in emulator.backend.requests
+
+
+async def test_a_stale_held_count_at_a_full_fleet_builds_and_takes_back(emulator, conformance, coder):
+    emulator.backend.time_per_request = 0.2  # Coder's time moves as the take-back waits for the build
+
+    def server():
+        transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+        return Client(build_server(fleet_settings(max_agents=3), transport=transport))
+
+    async with server() as a, server() as b:
+        one, two = Tools(a), Tools(b)
+        await one("create_agent", name="mine", project="fleet-demo", spec=SPEC)  # one holds 1 of 3
+        for name in ("theirs-1", "theirs-2"):
+            await two("create_agent", name=name, project="fleet-demo", spec=SPEC)  # full now: one does not know
+        emulator.advance(60)
+        refused = await one.error("create_agent", name="over", project="fleet-demo", spec=SPEC)
+        assert refused["error"] == "conflict" and refused["details"]["name"] == "over", refused
+        emulator.advance(60)
+        assert {x["name"] for x in (await two("list_agents"))["agents"]} == {"mine", "theirs-1", "theirs-2"}
+        ws = (await coder.get("/api/v2/users/me/workspace/over", params={"include_deleted": "true"})).json()
+        assert ws["latest_build"]["transition"] == "delete", ws
+
+
 async def test_agents_being_deleted_do_not_count_against_the_cap(emulator, conformance):
     """Issue 23 item 4: a deleted agent leaves room at once, and a refusal says how many are on their way out."""
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)

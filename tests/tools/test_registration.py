@@ -71,3 +71,12 @@ async def test_per_user_mode_without_a_caller_token_is_unauthorized_not_unexpect
     async with Client(server) as client:
         refused = await Tools(client).error("list_agents")
     assert refused["error"] == "unauthorized", refused
+
+
+async def test_the_deadline_is_the_servers_to_give_never_the_callers(tools):
+    """Each tool function takes its call's deadline as an argument; the schema leaves it out and a caller
+    who sends one is refused, so no caller can stretch a call past its deadline."""
+    listed = await tools.client.list_tools()
+    assert not [t.name for t in listed if "deadline" in t.input_schema.get("properties", {})]
+    refused = await tools.error("list_agents", deadline=1e18)
+    assert refused["error"] == "bad_request" and refused["details"]["field"] == "deadline", refused

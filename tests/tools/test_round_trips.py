@@ -12,6 +12,7 @@ import pytest
 from fastmcp import Client
 
 from fleet_mcp.emulator.coder.state import Preset
+from fleet_mcp.fleet import cap
 from fleet_mcp.server import build_server
 from support import CheckedTransport, Tools, fleet_settings
 
@@ -107,14 +108,53 @@ async def test_create_agent_with_warm_caches_makes_two_requests(emulator, confor
     assert dict(emulator.backend.requests) == {"POST /api/v2/users/{user}/workspaces": 1}
 
 
-async def test_the_fleet_cap_costs_two_counts(measured, emulator):
+async def test_the_fleet_cap_costs_two_counts(emulator, conformance):
     # One count before the create refuses a full fleet without provisioning anything; one after it
-    # confirms the cap under concurrent creates (specs/tools.md item 19).
-    tools, _ = measured
-    await tools("create_agent", name="first", project="fleet-demo", spec="Go.")  # caches the listing
-    emulator.backend.requests.clear()
-    await tools("create_agent", name="capped", project="fleet-demo", spec="Go.")
+    # confirms the cap under concurrent creates (specs/tools.md item 19). A server that holds no count
+    # of its own (here: one that has created nothing yet) asks for both.
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(), transport=transport)) as client:
+        tools = Tools(client)
+        await tools("list_agent_roles", project="fleet-demo")  # caches the listing, holds no count
+        emulator.backend.requests.clear()
+        await tools("create_agent", name="capped", project="fleet-demo", spec="Go.")
     assert dict(emulator.backend.requests) == {"GET /api/v2/workspaces": 2, "POST /api/v2/users/{user}/workspaces": 1}
+
+
+async def test_a_warm_create_under_the_cap_makes_two_requests(measured, emulator):
+    # Issue 21: the count before a create is the one this server's last create confirmed (moved by what
+    # it did since): the POST and the confirming count are all a warm create asks of Coder.
+    tools, _ = measured
+    await tools("create_agent", name="first", project="fleet-demo", spec="Go.")  # caches the listing, a count
+    for name in ("second", "third"):
+        emulator.backend.requests.clear()
+        assert (await tools("create_agent", name=name, project="fleet-demo", spec="Go."))["agent"]["name"] == name
+        assert dict(emulator.backend.requests) == {"GET /api/v2/workspaces": 1,
+                                                   "POST /api/v2/users/{user}/workspaces": 1}
+
+
+async def test_the_last_places_and_an_old_count_are_counted_afresh(emulator, conformance, monkeypatch):
+    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
+    async with Client(build_server(fleet_settings(max_agents=3), transport=transport)) as client:
+        tools = Tools(client)
+        await tools("create_agent", name="one", project="fleet-demo", spec="Go.")
+        emulator.backend.requests.clear()
+        await tools("create_agent", name="two", project="fleet-demo", spec="Go.")  # 1 of 3 held: two places free
+        assert emulator.backend.requests["GET /api/v2/workspaces"] == 1
+        emulator.backend.requests.clear()
+        await tools("create_agent", name="three", project="fleet-demo", spec="Go.")  # the last place: asked
+        assert emulator.backend.requests["GET /api/v2/workspaces"] == 2
+        emulator.advance(60)
+        for name in ("three", "two"):  # 1 of 3 held again: its own deletes are counted
+            assert (await tools("delete_agent", agent_name=name))["already_deleted"] is False
+        emulator.advance(60)
+        emulator.backend.requests.clear()
+        await tools("create_agent", name="four", project="fleet-demo", spec="Go.")
+        assert emulator.backend.requests["GET /api/v2/workspaces"] == 1
+        monkeypatch.setattr(cap, "HELD_S", 0.0)  # every held count is too old now
+        emulator.backend.requests.clear()
+        await tools("create_agent", name="five", project="fleet-demo", spec="Go.")
+        assert emulator.backend.requests["GET /api/v2/workspaces"] == 2
 
 
 async def test_the_listing_is_asked_again_once_its_ttl_is_over(emulator, conformance):

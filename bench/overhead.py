@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Where show_agent's overhead goes (issue 21): CPU and overhead per call of four stdio servers, against the
+bench's stand-in Coder (`bench/coder.py`), each driven by the mcp SDK's `ClientSession`.
+
+    python bench/overhead.py                 # the table, 300 calls each, Coder answering at once
+    python bench/overhead.py --calls 1000 --latency-ms 20 --json
+
+- bare_echo: a bare FastMCP server's `echo` (`measures.BARE_SERVER`, the reference of `tool_overhead_ratio`);
+- bare_answer: a bare FastMCP server whose `show_agent` answers show_agent's recorded answer (a `ShownAgent`,
+  structured output) from a service injected by `Depends`: FastMCP's own cost of what show_agent uses;
+- fleet_from_memory: `fleet-mcp` with `Fleet.show` answering each agent's first answer again: the fleet's tool
+  path (registry wrapper, errors, middleware, the stdio gate) without a Coder request;
+- fleet: `fleet-mcp`, show_agent (3 Coder requests in 1 round trip).
+
+CPU per call from /proc/<pid>/stat over the measured calls; overhead: median wall time minus the time the
+stand-in held the call's requests (bare_echo: minus its own idle wait, as `measures.bare_calls`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
+
+from coder import Coder, call, coder, stdio_session
+from measures import BARE_SERVER
+from processes import clean_env, cpu_seconds, fleet_command
+
+ANSWER_SERVER = textwrap.dedent('''\
+    import json
+    import os
+
+    from fastmcp import Context, FastMCP
+    from fastmcp.dependencies import CurrentContext, Depends
+
+    from fleet_mcp.models import ShownAgent
+
+    ANSWERS = {name: ShownAgent.model_validate(a) for name, a in json.loads(os.environ["ANSWERS"]).items()}
+    mcp = FastMCP("bare-answer")
+
+
+    class Shows:
+        async def show(self, name: str) -> ShownAgent:
+            return ANSWERS[name]
+
+
+    def shows_of(ctx: Context = CurrentContext()) -> Shows:
+        return Shows()
+
+
+    @mcp.tool
+    async def show_agent(agent_name: str, shows: Shows = Depends(shows_of)) -> ShownAgent:
+        """show_agent's recorded answer."""
+        return await shows.show(agent_name)
+
+
+    if __name__ == "__main__":
+        mcp.run(transport="stdio", show_banner=False)
+    ''')
+FROM_MEMORY = textwrap.dedent('''\
+    import sys
+
+    from fleet_mcp.cli import main
+    from fleet_mcp.fleet.agents import Fleet
+
+    asked = Fleet.show
+    answers = {}
+
+
+    async def show(self, name, **options):
+        if name not in answers:
+            answers[name] = await asked(self, name, **options)
+        return answers[name]
+
+
+    Fleet.show = show
+    sys.exit(main())
+    ''')
+WARM = 20
+
+
+async def measured(stand_in: Coder, command: list[str], env: dict[str, str], workdir: str, tool: str,
+                   arguments: list[dict], calls: int, latency_ms: float, names: list[str]) -> dict:
+    """CPU ms per call and median overhead ms of `calls` calls (after WARM), the stand-in at `latency_ms`."""
+    async with stdio_session(command, env, workdir) as (session, pid):
+        await session.initialize()
+        if tool == "show_agent":
+            for name in names:  # the answers from memory are made here, with the stand-in still replaying at once
+                await call(session, tool, agent_name=name)
+        stand_in.replay(latency_ms)
+        for i in range(WARM):
+            await call(session, tool, **arguments[i % len(arguments)])
+        before, overheads = cpu_seconds(pid), []
+        for i in range(calls):
+            stand_in.clear()
+            t0 = time.perf_counter()
+            answer = await call(session, tool, **arguments[i % len(arguments)])
+            wall = time.perf_counter() - t0
+            held = stand_in.stats()["busy_ms"] / 1e3
+            waited = float(answer["result"]) if tool == "echo" and latency_ms else 0.0
+            overheads.append(wall - held - waited)
+        cpu = (cpu_seconds(pid) - before) / calls
+    return {"cpu_ms": round(cpu * 1e3, 3), "overhead_ms": round(statistics.median(overheads) * 1e3, 3)}
+
+
+async def measure(args: argparse.Namespace) -> dict:
+    with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-overhead-") as workdir:
+        names = stand_in.reseed(10)
+        stand_in.record()
+        fleet_env = clean_env(CODER_URL=stand_in.url, CODER_SESSION_TOKEN=stand_in.token)
+        async with stdio_session(fleet_command(), fleet_env, workdir) as (session, _):
+            await session.initialize()
+            answers = {name: await call(session, "show_agent", agent_name=name) for name in names}
+        stand_in.replay(0)
+        scripts = {}
+        for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("memory.py", FROM_MEMORY)):
+            scripts[name] = Path(workdir, name)
+            scripts[name].write_text(text)
+        shows = [{"agent_name": name} for name in names]
+        echo = [{"text": "hi", "wait_ms": args.latency_ms}]
+        servers = [
+            ("bare_echo", [sys.executable, str(scripts["bare.py"])], clean_env(), "echo", echo),
+            ("bare_answer", [sys.executable, str(scripts["answer.py"])], clean_env(ANSWERS=json.dumps(answers)),
+             "show_agent", shows),
+            ("fleet_from_memory", [sys.executable, str(scripts["memory.py"])], fleet_env, "show_agent", shows),
+            ("fleet", fleet_command(), fleet_env, "show_agent", shows),
+        ]
+        out: dict = {"latency_ms": args.latency_ms, "calls": args.calls}
+        for label, command, env, tool, arguments in servers:
+            stand_in.replay(0)
+            out[label] = await measured(stand_in, command, env, workdir, tool, arguments, args.calls,
+                                        args.latency_ms, names if tool == "show_agent" else [])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300, help="measured calls per server (after 20 to warm)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="the stand-in's injected latency per request")
+    parser.add_argument("--json", action="store_true", help="one JSON object on one line")
+    args = parser.parse_args()
+    figures = asyncio.run(measure(args))
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(f"{args.calls} calls each over stdio, Coder's latency {args.latency_ms:g} ms")
+    for label in ("bare_echo", "bare_answer", "fleet_from_memory", "fleet"):
+        f = figures[label]
+        print(f"{label:20s} CPU {f['cpu_ms']:6.3f} ms/call   overhead {f['overhead_ms']:6.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
