@@ -6,7 +6,8 @@ Needs the recorded v2.27 listing (../shared/reference, or FLEET_MCP_REFERENCE_DI
 the bench's stand-in answers with real-sized bodies: the emulator's fleet of `--agents`, each workspace
 carrying the bulk of the recorded `test-recording-agent` (`standin.real_sized_answer`, ~47 KB). A process
 of its own serves it on loopback (HTTP/1.1, Content-Length), and `Fleet.list_agents` reads it through
-`CoderClient` as the server does. Every figure is CPU time (`time.process_time`), median of the runs:
+`CoderClient` as the server does (glibc keeping freed memory, as `fleet-mcp` has it). Every figure is CPU
+time (`time.process_time`), median of the runs:
 
 - `list_agents_ms`: the whole call, socket to `AgentList`;
 - `validate_ms`, `summaries_ms`, `drop_ms`: its parts on the same bytes (collector paused, as in the call);
@@ -185,6 +186,9 @@ def main() -> None:
         assert server.stdout is not None
         url = f"http://127.0.0.1:{server.stdout.readline().strip()}"
         import fleet_mcp.server  # noqa: F401  the server's heap, as in the server (the collector walks it)
+        from fleet_mcp.coder.bounded import keep_freed_memory
+
+        keep_freed_memory()  # as the server does when it starts serving
 
         print(json.dumps(asyncio.run(measure(body, url, args.runs, args.profile))))
     finally:
