@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from coder_spec import reference_dir
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
@@ -119,3 +120,17 @@ def test_the_overhead_breakdown_measures_each_server_it_names():
     assert f["calls"] == 5 and f["latency_ms"] == 5
     for server in ("bare_echo", "bare_answer", "fleet_from_memory", "fleet"):
         assert number(f[server]["cpu_ms"], 0, 1_000) and number(f[server]["overhead_ms"], 0, 1_000), server
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
+def test_the_listing_breakdown_reads_a_real_sized_listing():
+    """`bench/listing.py` (where list_agents' CPU goes on real-sized answers) reads its listing of real-sized
+    workspaces through the fleet and prints each part and reference figure."""
+    done = subprocess.run([sys.executable, str(BENCH.with_name("listing.py")), "--agents", "5", "--runs", "1"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    f = json.loads(done.stdout)
+    assert f["agents"] == 5 and 5 * 40_000 < f["listing_bytes"] < 5 * 60_000
+    for figure in ("list_agents_ms", "validate_ms", "summaries_ms", "drop_ms", "reference_scan_only_ms",
+                   "reference_json_loads_ms", "reference_asyncio_read_ms"):
+        assert number(f[figure], 0, 10_000), figure
