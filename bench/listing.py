@@ -35,7 +35,7 @@ import httpx
 from pydantic import BaseModel
 
 from fleet_mcp.coder.client import CoderClient
-from fleet_mcp.coder.exchange import collection_paused
+from fleet_mcp.coder.answers import collection_paused
 from fleet_mcp.coder.schemas import WorkspacesPage
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.fleet.agents import Fleet

@@ -9,24 +9,21 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib.util
-import json as _json
 import random
 import ssl
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar, overload
 
 import httpx
-import pydantic
 from httpx_sse import ServerSentEvent
 
 from fleet_mcp.coder import bounded, netcause
+from fleet_mcp.coder.answers import collection_paused, parsed
 from fleet_mcp.coder.apps import ConnectTo
 from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.pools import Pools
@@ -64,9 +61,6 @@ _BACKOFF_FIRST_S, _BACKOFF_MAX_S, _JITTER_S = 0.25, 4.0, 0.5
 _POOLS = 10
 _LIMITS = httpx.Limits(max_connections=100 // _POOLS, max_keepalive_connections=100 // _POOLS, keepalive_expiry=5.0)
 _POOL_WAIT_S = 10.0
-# An answer this big (a listing of dozens of workspaces) is parsed with the collector held off until the task
-# yields (`collection_paused`); a small one's objects cost a collection next to nothing.
-_BIG_ANSWER = 1 << 20
 
 
 class Exchange:
@@ -237,7 +231,7 @@ class Exchange:
             raise _oversized(where, exc) from None
         except httpx.HTTPError as exc:
             raise self._no_answer(where, exc) from exc
-        return _parsed(where, response, content, call.model)
+        return parsed(where, response, content, call.model)
 
     async def _error_body(self, response: httpx.Response, where: str) -> httpx.Response:
         """The error answer with its body read (only its start, decoded), as `error_from_response` reads it."""
@@ -263,62 +257,6 @@ class _Call(NamedTuple):
     body: Any
     model: Any
     cap: int
-
-
-def _parsed(where: str, response: httpx.Response, content: bytes, model: Any) -> Any:
-    """The answer validated into `model` (None: only checked to be JSON, or empty)."""
-    if not content.strip():
-        return None if model is None else _validated(where, model, b"null")
-    if "html" in response.headers.get("content-type", "").lower():
-        raise Unavailable(None, f"Expected JSON from {where}, got an HTML page", cause="garbled")
-    if model is None:
-        try:
-            _json.loads(content)
-        except ValueError as exc:
-            raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
-        return None
-    return _validated(where, model, content)
-
-
-@contextmanager
-def collection_paused(*, until_yield: bool = False) -> Iterator[None]:
-    """Python's cyclic garbage collector held off for this block, which must not await (blocks nest).
-
-    For code that makes or drops a parsed listing at once: 1,000 real workspaces are ~100,000 objects, no
-    cycles among them, and the collections their allocation sets off walk the whole heap, again and again.
-    `until_yield`: the collector resumes only once the running task next yields to the event loop, so what
-    its caller does at once with what was made here (list_agents reads a listing and drops it) is done
-    before the first collection walks it (20-30 ms for a listing of 1,000 real-sized workspaces).
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            _resume(until_yield)
-
-
-def _resume(until_yield: bool) -> None:
-    if until_yield:
-        try:
-            asyncio.get_running_loop().call_soon(gc.enable)
-            return
-        except RuntimeError:  # no event loop: at once
-            pass
-    gc.enable()
-
-
-def _validated(where: str, model: Any, content: bytes) -> Any:
-    try:  # 1,000 real-sized workspaces: 160-190 -> 100-130 ms CPU with the collector paused (bench/RESULTS.md)
-        with collection_paused(until_yield=len(content) > _BIG_ANSWER):
-            return _adapter(model).validate_json(content)
-    except pydantic.ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        if first["type"] == "json_invalid":
-            raise Unavailable(None, f"Unreadable JSON from {where}", first["msg"], cause="garbled") from None
-        loc = ".".join(str(part) for part in first["loc"])
-        raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {first['msg']}") from None
 
 
 def _oversized(where: str, exc: bounded.TooLarge | bounded.Undecodable) -> Oversized:
@@ -363,10 +301,3 @@ def _url(url: str, params: tuple[tuple[str, str | int], ...] = ()) -> httpx.URL:
     `httpx.Request(params=...)` would (30 us a listing request)."""
     parsed = httpx.URL(url)
     return parsed.copy_merge_params(dict(params)) if params else parsed
-
-
-@cache
-def _adapter(model: Any) -> pydantic.TypeAdapter[Any]:
-    return pydantic.TypeAdapter(model)
-
-
