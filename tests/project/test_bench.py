@@ -134,3 +134,16 @@ def test_the_listing_breakdown_reads_a_real_sized_listing():
     for figure in ("list_agents_ms", "validate_ms", "summaries_ms", "drop_ms", "reference_scan_only_ms",
                    "reference_json_loads_ms", "reference_asyncio_read_ms"):
         assert number(f[figure], 0, 10_000), figure
+
+
+def test_the_http_cpu_breakdown_measures_each_server_in_each_protocol_era():
+    """`bench/http_cpu.py` (where list_agents' server CPU goes over HTTP) runs its five servers over streamable
+    HTTP and prints a CPU figure for each, in both protocol eras."""
+    done = subprocess.run([sys.executable, str(BENCH.with_name("http_cpu.py")), "--calls", "5", "--json"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    f = json.loads(done.stdout)
+    assert f["calls"] == 5 and f["agents"] == 10 and f["real_sized"] is False
+    for server in ("bare_echo", "bare_list", "fleet_from_memory_bare_http", "fleet_from_memory", "fleet"):
+        assert set(f[server]) == {"initialize", "discover"}, server
+        assert all(number(ms, 0, 1_000) for ms in f[server].values()), server

@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Where list_agents' server CPU goes over HTTP (issue 21's `server_cpu_ratio`): five servers, one step apart,
+each served by its own process over streamable HTTP and driven by the mcp SDK's client, as `measures.server_cpu`.
+
+    python bench/http_cpu.py                     # the table, 300 calls per server and protocol era
+    python bench/http_cpu.py --real-sized        # the stand-in's workspaces real-sized (~47 KB; needs the
+                                                 # reference data, FLEET_MCP_REFERENCE_DIR)
+    python bench/http_cpu.py --calls 1000 --json
+
+- bare_echo: a bare FastMCP server's `echo` (`measures.BARE_SERVER`, the ratio's reference);
+- bare_list: a bare FastMCP server whose `list_agents` answers the fleet's recorded answer (an `AgentList`,
+  structured output): FastMCP's own cost of the answer the fleet gives;
+- fleet_from_memory_bare_http: `fleet-mcp` with `Fleet.list_agents` answering its first answer again, served
+  by FastMCP's plain `http_app` (none of `serving/`'s layers: no /healthz, token gate, session cap, access
+  log, Host/Origin guard);
+- fleet_from_memory: the same through the fleet's own HTTP app (`serving.http.build_app`): the serving path
+  and the tool path (registry deadline, `guarded`, `Envelope`, `Depends`), no Coder request;
+- fleet: `fleet-mcp --transport http`, list_agents of 10 agents (one Coder request, the listing's parse).
+
+CPU per call from /proc/<pid>/stat over the measured calls, in each protocol era (`measures.ERAS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
+
+from coder import call, coder, http_session, stdio_session
+from measures import BARE_SERVER, ERAS
+from processes import clean_env, cpu_seconds, fleet_command, http_server
+
+LIST_SERVER = textwrap.dedent('''\
+    import json
+    import os
+    import sys
+
+    from fastmcp import FastMCP
+
+    from fleet_mcp.models import AgentList
+
+    ANSWER = AgentList.model_validate(json.loads(os.environ["ANSWER"]))
+    mcp = FastMCP("bare-list")
+
+
+    @mcp.tool
+    async def list_agents(status: str | None = None, project: str | None = None) -> AgentList:
+        """The fleet's recorded answer."""
+        return ANSWER
+
+
+    if __name__ == "__main__":  # --transport http --host H --port P
+        mcp.run(transport="http", host=sys.argv[4], port=int(sys.argv[6]), show_banner=False)
+    ''')
+FROM_MEMORY = textwrap.dedent('''\
+    import os
+    import sys
+
+    from fleet_mcp.cli import main
+    from fleet_mcp.fleet.agents import Fleet
+    from fleet_mcp.serving import front, http
+
+    asked = Fleet.list_agents
+    answers = []
+
+
+    async def list_agents(self, *args, **options):
+        if not answers:
+            answers.append(await asked(self, *args, **options))
+        return answers[0]
+
+
+    def plain_app(server, settings, host, drain):
+        return server.http_app(path=front.MCP_PATH, stateless_http=settings.stateless)
+
+
+    Fleet.list_agents = list_agents
+    if os.environ.get("BARE_HTTP"):
+        http.build_app = plain_app
+    sys.exit(main(sys.argv[1:]))
+    ''')
+SERVERS = ("bare_echo", "bare_list", "fleet_from_memory_bare_http", "fleet_from_memory", "fleet")
+WARM = 10
+
+
+async def cpu_per_call(command: list[str], env: dict[str, str], workdir: str, tool: str, arguments: dict,
+                       calls: int) -> dict[str, float]:
+    """CPU ms per call of `tool` over `calls` calls (after WARM), in each protocol era."""
+    out = {}
+    with http_server(Path(workdir), command=command, env=env) as server:
+        for era in ERAS:
+            async with http_session(server.url, era) as session:
+                for _ in range(WARM):
+                    await call(session, tool, **arguments)
+                before = cpu_seconds(server.proc.pid)
+                for _ in range(calls):
+                    await call(session, tool, **arguments)
+                out[era] = round((cpu_seconds(server.proc.pid) - before) * 1e3 / calls, 3)
+    return out
+
+
+async def measure(args: argparse.Namespace) -> dict:
+    with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-http-cpu-") as workdir:
+        stand_in.real_bodies = args.real_sized
+        stand_in.reseed(10)
+        stand_in.record()
+        fleet_env = clean_env(CODER_URL=stand_in.url, CODER_SESSION_TOKEN=stand_in.token)
+        async with stdio_session(fleet_command(), fleet_env, workdir) as (session, _):
+            await session.initialize()
+            answer = await call(session, "list_agents")
+        stand_in.replay(0)
+        scripts = {}
+        for name, text in (("bare.py", BARE_SERVER), ("list.py", LIST_SERVER), ("memory.py", FROM_MEMORY)):
+            scripts[name] = [sys.executable, str(Path(workdir, name))]
+            Path(workdir, name).write_text(text)
+        servers = {
+            "bare_echo": (scripts["bare.py"], clean_env(), "echo", {"text": "hi"}),
+            "bare_list": (scripts["list.py"], clean_env(ANSWER=json.dumps(answer)), "list_agents", {}),
+            "fleet_from_memory_bare_http": (scripts["memory.py"], {**fleet_env, "BARE_HTTP": "1"}, "list_agents", {}),
+            "fleet_from_memory": (scripts["memory.py"], fleet_env, "list_agents", {}),
+            "fleet": (fleet_command(), fleet_env, "list_agents", {}),
+        }
+        out: dict = {"calls": args.calls, "real_sized": args.real_sized, "agents": answer["total_count"]}
+        for label in SERVERS:
+            command, env, tool, arguments = servers[label]
+            out[label] = await cpu_per_call(command, env, workdir, tool, arguments, args.calls)
+        stats = stand_in.stats()
+        if stats["misses"]:
+            raise RuntimeError(f"the stand-in had no recorded answer for {stats['misses'][:5]}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300, help="measured calls per server and era (after 10)")
+    parser.add_argument("--real-sized", action="store_true", help="real-sized workspaces (~47 KB each)")
+    parser.add_argument("--json", action="store_true", help="one JSON object on one line")
+    args = parser.parse_args()
+    figures = asyncio.run(measure(args))
+    if args.json:
+        print(json.dumps(figures))
+        return
+    bodies = "real-sized" if args.real_sized else "lean"
+    print(f"server CPU ms per call over HTTP, {args.calls} calls each, list_agents of {figures['agents']} ({bodies})")
+    print(f"{'':30s}" + "".join(f"{era:>12s}" for era in ERAS))
+    for label in SERVERS:
+        print(f"{label:30s}" + "".join(f"{figures[label][era]:12.3f}" for era in ERAS))
+
+
+if __name__ == "__main__":
+    main()
