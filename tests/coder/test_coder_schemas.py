@@ -482,3 +482,27 @@ async def test_client_keeps_no_cookies_and_hides_token() -> None:
         await client.buildinfo()
         assert "tok-SECRET-123" not in repr(client)
     assert "cookie" not in seen[1] and seen[1]["coder-session-token"] == "tok-SECRET-123"
+
+
+def test_an_answer_is_read_without_copying_its_body() -> None:
+    """Go's JSON encoder ends every answer in a newline: the answer still parses, and its body is never copied
+    to find out whether it is empty (a listing of 1,000 real workspaces is 47 MB); a blank body is no answer."""
+    import tracemalloc
+
+    from fleet_mcp.coder.answers import parsed
+    from fleet_mcp.coder.errors import Unavailable
+    from fleet_mcp.coder.schemas import BuildInfo
+
+    response = httpx.Response(200, headers={"content-type": "application/json"})
+    body = b'{"version":"v2.27.1","padding":"' + b"x" * (4 << 20) + b'"}\n'
+    tracemalloc.start()
+    try:
+        info = parsed("GET /api/v2/buildinfo", response, body, BuildInfo)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.version == "v2.27.1"
+    assert peak < 1 << 20, peak
+    assert parsed("DELETE /api/v2/workspaces/x", response, b" \r\n", None) is None
+    with pytest.raises(Unavailable, match="Unexpected answer"):
+        parsed("GET /api/v2/buildinfo", response, b"\n", BuildInfo)
