@@ -18,14 +18,14 @@ from fleet_mcp.coder import bounded
 from fleet_mcp.coder.apps import App, AppHosting, ConnectTo, _seg, app_proxy_path
 from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.errors import CoderError, PathAppsDisabled
-from fleet_mcp.coder.exchange import APP_HEADERS, Exchange, collection_paused
+from fleet_mcp.coder.exchange import Exchange, Headers, collection_paused
 from fleet_mcp.coder.schemas import (
     AppHost, BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
 
-__all__ = ["APP_HEADERS", "App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path", "collection_paused"]
+__all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path", "collection_paused"]
 
 Transition = Literal["start", "stop", "delete"]
 T = TypeVar("T")
@@ -207,23 +207,26 @@ class CoderClient(Exchange):
 
     @overload
     async def app_request(self, method: str, app: App, rest: str, model: type[T], *, json: Any = None,
-                          limit: Limit = "status", deadline: float | None = None) -> T: ...
+                          limit: Limit = "status", deadline: float | None = None, headers: Headers = ()) -> T: ...
 
     @overload
     async def app_request(self, method: str, app: App, rest: str, model: None = None, *, json: Any = None,
-                          limit: Limit = "status", deadline: float | None = None) -> None: ...
+                          limit: Limit = "status", deadline: float | None = None, headers: Headers = ()) -> None: ...
 
     async def app_request(self, method: str, app: App, rest: str, model: type[T] | None = None, *,
-                          json: Any = None, limit: Limit = "status", deadline: float | None = None) -> Any:
-        """A request to `rest` of a workspace app, by path or subdomain as the deployment allows; mapped, retried
-        and parsed as any other; its answer may be at most `bounded.LIMITS[limit]` bytes."""
+                          json: Any = None, limit: Limit = "status", deadline: float | None = None,
+                          headers: Headers = ()) -> Any:
+        """A request to `rest` of a workspace app, by path or subdomain as the deployment allows, with the
+        `headers` the app's own door asks for; mapped, retried and parsed as any other; its answer may be at
+        most `bounded.LIMITS[limit]` bytes."""
         url = await self.app_url(app, rest, deadline=deadline)
         try:
-            return await self._request(method, url, model, json=json, limit=limit, deadline=deadline)
+            return await self._request(method, url, model, json=json, limit=limit, deadline=deadline, headers=headers)
         except PathAppsDisabled:
             if (again := await self._path_refused(app, rest, url, deadline)) is None:
                 raise
-            return await self._request(method, again, model, json=json, limit=limit, deadline=deadline)
+            return await self._request(method, again, model, json=json, limit=limit, deadline=deadline,
+                                       headers=headers)
 
     @asynccontextmanager
     async def app_events(self, app: App, rest: str, limit: Limit = "events", *,

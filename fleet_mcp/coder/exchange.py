@@ -15,7 +15,6 @@ import ssl
 import sys
 import urllib.request
 from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar, overload
 
@@ -34,10 +33,10 @@ from fleet_mcp.coder.errors import (
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-__all__ = ["APP_HEADERS", "Exchange", "collection_paused"]
+__all__ = ["Exchange", "Headers", "collection_paused"]
 
-# Headers a workspace app's own door asks for (the runner's key), added to requests sent while set.
-APP_HEADERS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fleet_mcp_app_headers", default=())
+# Headers one request adds to the exchange's own (a workspace app's door: the runner's key).
+Headers = tuple[tuple[str, str], ...]
 
 # httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
 # Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
@@ -139,11 +138,12 @@ class Exchange:
             raise self._no_answer(where, exc) from exc
 
     async def _send(self, method: str, path: str, *, params: Any = None, json: Any = None,
-                    accept: str | None = None) -> httpx.Response:
-        """One request through the transport; the answer's body is not read yet."""
+                    accept: str | None = None, extra: Headers = ()) -> httpx.Response:
+        """One request through the transport, with `extra` headers; the answer's body is not read yet."""
         headers = self._headers if accept is None else [
             (k, accept if k == "Accept" else v) for k, v in self._headers]
-        headers = [*headers, *APP_HEADERS.get()]
+        if extra:
+            headers = [*headers, *extra]
         # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
         url = _url(self._base + path if path.startswith("/") else path, tuple(params.items()) if params else ())
         request = httpx.Request(method, url, json=json, headers=headers, extensions={"timeout": self._timeouts})
@@ -157,18 +157,20 @@ class Exchange:
 
     @overload
     async def _request(self, method: str, path: str, model: type[T], *, params: dict[str, Any] | None = None,
-                       json: Any = None, limit: Limit = "record", deadline: float | None = None) -> T: ...
+                       json: Any = None, limit: Limit = "record", deadline: float | None = None,
+                       headers: Headers = ()) -> T: ...
 
     @overload
     async def _request(self, method: str, path: str, model: None, *, params: dict[str, Any] | None = None,
-                       json: Any = None, limit: Limit = "record", deadline: float | None = None) -> None: ...
+                       json: Any = None, limit: Limit = "record", deadline: float | None = None,
+                       headers: Headers = ()) -> None: ...
 
     async def _request(self, method: str, path: str, model: type[T] | None, *,
                        params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record",
-                       deadline: float | None = None) -> Any:
-        """Send, map failures to typed errors, retry if safe (never past `deadline`, a loop time), validate
-        into `model` (None: no body): typed as `model` for its caller."""
-        call = _Call(method, path, params, json, model, bounded.LIMITS[limit])
+                       deadline: float | None = None, headers: Headers = ()) -> Any:
+        """Send (with `headers` beside the exchange's own), map failures to typed errors, retry if safe (never
+        past `deadline`, a loop time), validate into `model` (None: no body): typed as `model` for its caller."""
+        call = _Call(method, path, params, json, model, bounded.LIMITS[limit], headers)
         if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
             return await self._send_once(call)  # something; no budget, no second try
         started = asyncio.get_running_loop().time()
@@ -217,7 +219,8 @@ class Exchange:
             self.on_request()
         try:
             async with asyncio.timeout(self._deadline_s):  # the whole exchange, however slowly the body drips
-                response = await self._send(call.method, call.path, params=call.params, json=call.body)
+                response = await self._send(call.method, call.path, params=call.params, json=call.body,
+                                            extra=call.headers)
                 try:
                     if not response.is_success:
                         raise error_from_response(await self._error_body(response, where), secret=self._secret)
@@ -257,6 +260,7 @@ class _Call(NamedTuple):
     body: Any
     model: Any
     cap: int
+    headers: Headers
 
 
 def _oversized(where: str, exc: bounded.TooLarge | bounded.Undecodable) -> Oversized:

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from ..coder import errors as ce
 from ..coder.bounded import Limit
-from ..coder.client import APP_HEADERS, App, CoderClient
+from ..coder.client import App, CoderClient
 from ..coder.lenient import LenientModel, ListOf, Text, Timestamp
 from .base import (
     Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
@@ -144,19 +144,16 @@ class RunnerDriver:
         self.app = app
         self.slug = app.slug
         self.address = (app.owner, app.workspace, app.agent, app.slug)
-        self._key = key
+        self._door: tuple[tuple[str, str], ...] = ((KEY_HEADER, key),) if key else ()
         self._locked = locked
 
     async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
                     limit: Limit = "status", *, deadline: float | None) -> Any:
         if self._locked:
             raise Unkeyed(f"The runner cannot be called: {self._locked}.")
-        sent = APP_HEADERS.set(((KEY_HEADER, self._key),) if self._key else ())
-        try:
-            return await _reachable(self.slug, lambda: self.client.app_request(
-                method, self.app, rest, model, json=body, limit=limit, deadline=deadline), self.address[1])
-        finally:
-            APP_HEADERS.reset(sent)
+        return await _reachable(self.slug, lambda: self.client.app_request(
+            method, self.app, rest, model, json=body, limit=limit, deadline=deadline, headers=self._door),
+            self.address[1])
 
     async def live(self, *, deadline: float | None) -> Live:
         s: _State = await self._call("GET", "state", _State, deadline=deadline)

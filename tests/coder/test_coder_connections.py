@@ -1,5 +1,5 @@
 """The Coder client on httpx's own transport, on real sockets: kept connections, their poisoning, many descriptors,
-a proxy from the environment, and Coder gone."""
+a proxy from the environment, Coder gone, and where the runner's key goes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from processes import free_port
 from support import Tools, fleet_settings
 
 from fleet_mcp.coder.apps import App
+from fleet_mcp.drivers.runner import RunnerDriver
 from fleet_mcp.serving.connections import raise_fd_limit
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
@@ -33,6 +34,7 @@ class Scripted:
     url: str = ""
     connections: int = 0
     requests: list[str] = field(default_factory=list)
+    heads: list[bytes] = field(default_factory=list)  # each request's head, as sent
 
     async def request(self, reader: asyncio.StreamReader) -> str:
         """The next request's target ("" once the client closed); its head read whole (GETs have no body)."""
@@ -42,6 +44,7 @@ class Scripted:
             return ""
         target = head.split(b" ")[1].decode()
         self.requests.append(target)
+        self.heads.append(head)
         return target
 
 
@@ -93,6 +96,29 @@ async def test_bytes_past_an_answer_never_answer_the_next_request():
     assert seen == on_app  # the second of three GETs gets its own answer
     assert server.requests == on_app
     assert server.connections == 2  # the poisoned connection was closed; the next one is kept for the third
+
+
+async def test_the_runners_key_goes_to_the_runner_alone_never_to_coder():
+    """The key rides on the runner's own requests; the wildcard lookup its first subdomain call makes on the
+    way goes to Coder's API without it, as does every other request."""
+    async def coder_and_runner(reader, writer, server):
+        while target := await server.request(reader):
+            body = {"host": "*.apps.test"} if target == "/api/v2/applications/host" else {"state": "idle"}
+            writer.write(answer(body))
+            await writer.drain()
+
+    async with scripted(coder_and_runner) as server:
+        port = httpx.URL(server.url).port
+        settings = fleet_settings(coder_url=server.url, retry_budget_s=0, connect_to=f"*.apps.test=127.0.0.1:{port}")
+        async with settings.coder_client() as coder:
+            runner = RunnerDriver(coder, App("o", "w", "main", "fleet", subdomain=True), key="the-key")
+            first, me = await asyncio.gather(runner.live(deadline=None), coder.app_host())
+            assert (first.state, me) == ("idle", "*.apps.test")
+            assert (await runner.live(deadline=None)).state == "idle"
+    keyed = sorted((head.split(b" ")[1].decode(), b"\r\nx-fleet-runner-key: the-key\r\n" in head.lower())
+                   for head in server.heads)
+    # The wildcard asked by the runner's first call and by the plain lookup beside it, both without the key.
+    assert keyed == [("/api/v2/applications/host", False)] * 2 + [("/state", True)] * 2
 
 
 async def test_kept_connections_are_reused():
