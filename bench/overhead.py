@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Where show_agent's overhead goes (issue 21): CPU and overhead per call of four stdio servers, against the
+"""Where show_agent's overhead goes (issue 21): CPU and overhead per call of five stdio servers, against the
 bench's stand-in Coder (`bench/coder.py`), each driven by the mcp SDK's `ClientSession`.
 
     python bench/overhead.py                 # the table, 300 calls each, Coder answering at once
@@ -8,6 +8,9 @@ bench's stand-in Coder (`bench/coder.py`), each driven by the mcp SDK's `ClientS
 - bare_echo: a bare FastMCP server's `echo` (`measures.BARE_SERVER`, the reference of `tool_overhead_ratio`);
 - bare_answer: a bare FastMCP server whose `show_agent` answers show_agent's recorded answer (a `ShownAgent`,
   structured output) from a service injected by `Depends`: FastMCP's own cost of what show_agent uses;
+- bare_requests: bare_answer, but each call first asks the stand-in show_agent's own 3 requests at once with a
+  plain `httpx.AsyncClient` (its defaults, kept connections) and decodes their JSON: the floor of any FastMCP
+  server that asks Coder what show_agent asks, through httpx, before any work on the answers;
 - fleet_from_memory: `fleet-mcp` with `Fleet.show` answering each agent's first answer again: the fleet's tool
   path (registry wrapper, errors, middleware, the stdio gate) without a Coder request;
 - fleet: `fleet-mcp`, show_agent (3 Coder requests in 1 round trip).
@@ -65,6 +68,26 @@ ANSWER_SERVER = textwrap.dedent('''\
     if __name__ == "__main__":
         mcp.run(transport="stdio", show_banner=False)
     ''')
+BARE_REQUESTS = ANSWER_SERVER.replace('''class Shows:
+    async def show(self, name: str) -> ShownAgent:
+        return ANSWERS[name]
+''', '''import asyncio
+
+import httpx
+
+ROUTES = json.loads(os.environ["ROUTES"])
+CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
+                          headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})
+
+
+class Shows:
+    async def show(self, name: str) -> ShownAgent:
+        for answer in await asyncio.gather(*(CODER.get(path) for path in ROUTES[name])):
+            answer.raise_for_status()
+            answer.json()
+        return ANSWERS[name]
+''')
+assert BARE_REQUESTS != ANSWER_SERVER
 FROM_MEMORY = textwrap.dedent('''\
     import sys
 
@@ -98,17 +121,21 @@ async def measured(stand_in: Coder, command: list[str], env: dict[str, str], wor
         stand_in.replay(latency_ms)
         for i in range(WARM):
             await call(session, tool, **arguments[i % len(arguments)])
-        before, overheads = cpu_seconds(pid), []
+        before, overheads, asked, missed = cpu_seconds(pid), [], 0, []
         for i in range(calls):
             stand_in.clear()
             t0 = time.perf_counter()
             answer = await call(session, tool, **arguments[i % len(arguments)])
             wall = time.perf_counter() - t0
-            held = stand_in.stats()["busy_ms"] / 1e3
+            stats = stand_in.stats()
+            held, asked, missed = stats["busy_ms"] / 1e3, asked + stats["requests"], missed + stats["misses"]
             waited = float(answer["result"]) if tool == "echo" and latency_ms else 0.0
             overheads.append(wall - held - waited)
         cpu = (cpu_seconds(pid) - before) / calls
-    return {"cpu_ms": round(cpu * 1e3, 3), "overhead_ms": round(statistics.median(overheads) * 1e3, 3)}
+    if missed:
+        raise RuntimeError(f"{command[-1]} asked what the stand-in never recorded: {missed[:3]}")
+    return {"cpu_ms": round(cpu * 1e3, 3), "overhead_ms": round(statistics.median(overheads) * 1e3, 3),
+            "requests_per_call": round(asked / calls, 2)}
 
 
 async def measure(args: argparse.Namespace) -> dict:
@@ -119,9 +146,15 @@ async def measure(args: argparse.Namespace) -> dict:
         async with stdio_session(fleet_command(), fleet_env, workdir) as (session, _):
             await session.initialize()
             answers = {name: await call(session, "show_agent", agent_name=name) for name in names}
-        stand_in.replay(0)
+            stand_in.replay(0)
+            routes = {}
+            for name in names:  # what each show_agent asks, for bare_requests to ask the same
+                stand_in.clear()
+                await call(session, "show_agent", agent_name=name)
+                routes[name] = [r.split(" ", 1)[1] for r in stand_in.stats()["routes"]]
         scripts = {}
-        for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("memory.py", FROM_MEMORY)):
+        for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("asking.py", BARE_REQUESTS),
+                           ("memory.py", FROM_MEMORY)):
             scripts[name] = Path(workdir, name)
             scripts[name].write_text(text)
         shows = [{"agent_name": name} for name in names]
@@ -130,6 +163,8 @@ async def measure(args: argparse.Namespace) -> dict:
             ("bare_echo", [sys.executable, str(scripts["bare.py"])], clean_env(), "echo", echo),
             ("bare_answer", [sys.executable, str(scripts["answer.py"])], clean_env(ANSWERS=json.dumps(answers)),
              "show_agent", shows),
+            ("bare_requests", [sys.executable, str(scripts["asking.py"])],
+             {**fleet_env, "ANSWERS": json.dumps(answers), "ROUTES": json.dumps(routes)}, "show_agent", shows),
             ("fleet_from_memory", [sys.executable, str(scripts["memory.py"])], fleet_env, "show_agent", shows),
             ("fleet", fleet_command(), fleet_env, "show_agent", shows),
         ]
@@ -138,6 +173,9 @@ async def measure(args: argparse.Namespace) -> dict:
             stand_in.replay(0)
             out[label] = await measured(stand_in, command, env, workdir, tool, arguments, args.calls,
                                         args.latency_ms, names if tool == "show_agent" else [])
+    # tool_overhead_ratio as bench/run.py makes it, for the fleet and for the floor of a server asking the same
+    for label in ("bare_requests", "fleet"):
+        out[label]["ratio_to_bare_echo"] = round(out[label]["overhead_ms"] / out["bare_echo"]["overhead_ms"], 2)
     return out
 
 
@@ -152,9 +190,11 @@ def main() -> None:
         print(json.dumps(figures))
         return
     print(f"{args.calls} calls each over stdio, Coder's latency {args.latency_ms:g} ms")
-    for label in ("bare_echo", "bare_answer", "fleet_from_memory", "fleet"):
+    for label in ("bare_echo", "bare_answer", "bare_requests", "fleet_from_memory", "fleet"):
         f = figures[label]
-        print(f"{label:20s} CPU {f['cpu_ms']:6.3f} ms/call   overhead {f['overhead_ms']:6.3f} ms")
+        print(f"{label:20s} CPU {f['cpu_ms']:6.3f} ms/call   overhead {f['overhead_ms']:6.3f} ms   "
+              f"Coder requests {f['requests_per_call']:g}/call"
+              + (f"   {f['ratio_to_bare_echo']:.2f}x bare_echo's overhead" if "ratio_to_bare_echo" in f else ""))
 
 
 if __name__ == "__main__":

@@ -111,15 +111,19 @@ def test_runner_agents_are_measured_through_their_app_routes(figures):
 
 
 def test_the_overhead_breakdown_measures_each_server_it_names():
-    """`bench/overhead.py` (where show_agent's overhead goes) runs its four servers and prints a figure for each."""
+    """`bench/overhead.py` (where show_agent's overhead goes) runs its five servers and prints a figure for each."""
     done = subprocess.run([sys.executable, str(BENCH.with_name("overhead.py")), "--calls", "5", "--latency-ms", "5",
                            "--json"], capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
                           check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     f = json.loads(done.stdout)
     assert f["calls"] == 5 and f["latency_ms"] == 5
-    for server in ("bare_echo", "bare_answer", "fleet_from_memory", "fleet"):
+    for server in ("bare_echo", "bare_answer", "bare_requests", "fleet_from_memory", "fleet"):
         assert number(f[server]["cpu_ms"], 0, 1_000) and number(f[server]["overhead_ms"], 0, 1_000), server
+    # the floor asks what show_agent asks (3 requests, all recorded), the answers from memory ask nothing
+    assert f["bare_requests"]["requests_per_call"] == f["fleet"]["requests_per_call"] == 3
+    assert f["fleet_from_memory"]["requests_per_call"] == f["bare_answer"]["requests_per_call"] == 0
+    assert number(f["bare_requests"]["ratio_to_bare_echo"], 0, 1_000) and number(f["fleet"]["ratio_to_bare_echo"], 0, 1_000)
 
 
 @pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
