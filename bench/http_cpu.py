@@ -10,6 +10,9 @@ each served by its own process over streamable HTTP and driven by the mcp SDK's 
 - bare_echo: a bare FastMCP server's `echo` (`measures.BARE_SERVER`, the ratio's reference);
 - bare_list: a bare FastMCP server whose `list_agents` answers the fleet's recorded answer (an `AgentList`,
   structured output): FastMCP's own cost of the answer the fleet gives;
+- bare_listing: bare_list, but each call first asks the stand-in the fleet's own listing request with a plain
+  `httpx.AsyncClient` (its defaults, a kept connection) and decodes its JSON: the floor of any FastMCP server that
+  reads what list_agents reads, through httpx, before any work on it;
 - fleet_from_memory_bare_http: `fleet-mcp` with `Fleet.list_agents` answering its first answer again, served
   by FastMCP's plain `http_app` (none of `serving/`'s layers: no /healthz, token gate, session cap, access
   log, Host/Origin guard);
@@ -58,6 +61,27 @@ LIST_SERVER = textwrap.dedent('''\
     if __name__ == "__main__":  # --transport http --host H --port P
         mcp.run(transport="http", host=sys.argv[4], port=int(sys.argv[6]), show_banner=False)
     ''')
+LISTING_SERVER = LIST_SERVER.replace('''@mcp.tool
+async def list_agents(status: str | None = None, project: str | None = None) -> AgentList:
+    """The fleet's recorded answer."""
+    return ANSWER
+''', '''import httpx
+
+from fleet_mcp.rules import FLEET_QUERY
+
+CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
+                          headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})
+
+
+@mcp.tool
+async def list_agents(status: str | None = None, project: str | None = None) -> AgentList:
+    """The fleet's listing request, its JSON decoded; then the fleet's recorded answer."""
+    listing = await CODER.get("/api/v2/workspaces", params={"q": FLEET_QUERY})
+    listing.raise_for_status()
+    listing.json()
+    return ANSWER
+''')
+assert LISTING_SERVER != LIST_SERVER
 FROM_MEMORY = textwrap.dedent('''\
     import os
     import sys
@@ -85,7 +109,7 @@ FROM_MEMORY = textwrap.dedent('''\
         http.build_app = plain_app
     sys.exit(main(sys.argv[1:]))
     ''')
-SERVERS = ("bare_echo", "bare_list", "fleet_from_memory_bare_http", "fleet_from_memory", "fleet")
+SERVERS = ("bare_echo", "bare_list", "bare_listing", "fleet_from_memory_bare_http", "fleet_from_memory", "fleet")
 WARM = 10
 
 
@@ -116,12 +140,14 @@ async def measure(args: argparse.Namespace) -> dict:
             answer = await call(session, "list_agents")
         stand_in.replay(0)
         scripts = {}
-        for name, text in (("bare.py", BARE_SERVER), ("list.py", LIST_SERVER), ("memory.py", FROM_MEMORY)):
+        for name, text in (("bare.py", BARE_SERVER), ("list.py", LIST_SERVER), ("listing.py", LISTING_SERVER),
+                           ("memory.py", FROM_MEMORY)):
             scripts[name] = [sys.executable, str(Path(workdir, name))]
             Path(workdir, name).write_text(text)
         servers = {
             "bare_echo": (scripts["bare.py"], clean_env(), "echo", {"text": "hi"}),
             "bare_list": (scripts["list.py"], clean_env(ANSWER=json.dumps(answer)), "list_agents", {}),
+            "bare_listing": (scripts["listing.py"], {**fleet_env, "ANSWER": json.dumps(answer)}, "list_agents", {}),
             "fleet_from_memory_bare_http": (scripts["memory.py"], {**fleet_env, "BARE_HTTP": "1"}, "list_agents", {}),
             "fleet_from_memory": (scripts["memory.py"], fleet_env, "list_agents", {}),
             "fleet": (fleet_command(), fleet_env, "list_agents", {}),
@@ -129,10 +155,16 @@ async def measure(args: argparse.Namespace) -> dict:
         out: dict = {"calls": args.calls, "real_sized": args.real_sized, "agents": answer["total_count"]}
         for label in SERVERS:
             command, env, tool, arguments = servers[label]
+            asked = stand_in.stats()["requests"]
             out[label] = await cpu_per_call(command, env, workdir, tool, arguments, args.calls)
+            if label == "bare_listing" and stand_in.stats()["requests"] - asked != len(ERAS) * (WARM + args.calls):
+                raise RuntimeError("bare_listing did not ask Coder's listing once a call")
         stats = stand_in.stats()
         if stats["misses"]:
             raise RuntimeError(f"the stand-in had no recorded answer for {stats['misses'][:5]}")
+    # server_cpu_ratio as bench/run.py makes it (the worse era): the fleet, and the floor of a server reading the same
+    for label in ("bare_listing", "fleet"):
+        out[label + "_ratio"] = round(max(out[label][era] / out["bare_echo"][era] for era in ERAS), 2)
     return out
 
 
@@ -151,6 +183,8 @@ def main() -> None:
     print(f"{'':30s}" + "".join(f"{era:>12s}" for era in ERAS))
     for label in SERVERS:
         print(f"{label:30s}" + "".join(f"{figures[label][era]:12.3f}" for era in ERAS))
+    print(f"over bare_echo (the worse era): bare_listing {figures['bare_listing_ratio']:.2f}x, "
+          f"fleet {figures['fleet_ratio']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -148,6 +148,8 @@ def test_the_http_cpu_breakdown_measures_each_server_in_each_protocol_era():
     assert done.returncode == 0, done.stderr[-4000:]
     f = json.loads(done.stdout)
     assert f["calls"] == 5 and f["agents"] == 10 and f["real_sized"] is False
-    for server in ("bare_echo", "bare_list", "fleet_from_memory_bare_http", "fleet_from_memory", "fleet"):
+    for server in ("bare_echo", "bare_list", "bare_listing", "fleet_from_memory_bare_http", "fleet_from_memory",
+                   "fleet"):
         assert set(f[server]) == {"initialize", "discover"}, server
         assert all(number(ms, 0, 1_000) for ms in f[server].values()), server
+    assert number(f["bare_listing_ratio"], 0, 1_000) and number(f["fleet_ratio"], 0, 1_000)
