@@ -163,8 +163,10 @@ async def measure(args: argparse.Namespace) -> dict:
         if stats["misses"]:
             raise RuntimeError(f"the stand-in had no recorded answer for {stats['misses'][:5]}")
     # server_cpu_ratio as bench/run.py makes it (the worse era): the fleet, and the floor of a server reading the same
+    # (None when the reference read 0: /proc counts in 10 ms ticks, a few calls can fall between two)
     for label in ("bare_listing", "fleet"):
-        out[label + "_ratio"] = round(max(out[label][era] / out["bare_echo"][era] for era in ERAS), 2)
+        out[label + "_ratio"] = round(max(out[label][era] / out["bare_echo"][era] for era in ERAS), 2) if all(
+            out["bare_echo"].values()) else None
     return out
 
 
@@ -183,8 +185,8 @@ def main() -> None:
     print(f"{'':30s}" + "".join(f"{era:>12s}" for era in ERAS))
     for label in SERVERS:
         print(f"{label:30s}" + "".join(f"{figures[label][era]:12.3f}" for era in ERAS))
-    print(f"over bare_echo (the worse era): bare_listing {figures['bare_listing_ratio']:.2f}x, "
-          f"fleet {figures['fleet_ratio']:.2f}x")
+    print(f"over bare_echo (the worse era): bare_listing {figures['bare_listing_ratio']}x, "
+          f"fleet {figures['fleet_ratio']}x")
 
 
 if __name__ == "__main__":
