@@ -1,4 +1,4 @@
-"""`bench/run.py --quick --json` runs, and prints one JSON line with every figure, sanely valued.
+"""`bench/run.py --quick --runs 1 --json` runs, and prints one JSON line with every figure, sanely valued.
 
 The performance targets themselves are the benchmark's verdicts, not assertions here: a MISS is a
 figure to read, not a failed test. What is checked: every figure is there and plausible (the stand-in
@@ -28,7 +28,7 @@ ISSUE_13 = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s"
 
 @pytest.fixture(scope="module")
 def figures() -> dict:
-    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--runs", "1", "--json"], capture_output=True, text=True,
                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
