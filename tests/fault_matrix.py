@@ -1,4 +1,4 @@
-"""Every tool × every fault the emulator can inject, over a real loopback socket.
+"""The fault matrix: every tool × every fault the emulator can inject, over a real loopback socket.
 
 The matrix is data: one row per fault (what is injected, and how), one column
 per tool, each cell the outcome the contract promises. Reads ride out bounded
@@ -7,19 +7,19 @@ and failed writes answer the contract's envelope with the right `error`;
 agent-state faults behind the app proxy show as `offline` in `show_agent` and
 as `bad_request` for the tools that need a live agent.
 
-Every case also checks: no "unexpected problem" envelope (an exception the
-server did not foresee), and the session token in no tool answer, no log
-record (fleet_mcp, fastmcp, httpx, httpcore at DEBUG) and nothing written to
-stdout or stderr. The matrix has a column for every tool (checked at import),
-and one more test keeps a session of each server through persistent faults and
-checks it still answers.
+Every case (`run_case`) also checks: no "unexpected problem" envelope (an
+exception the server did not foresee), and the session token in no tool answer,
+no log record (fleet_mcp, fastmcp, httpx, httpcore at DEBUG) and nothing written
+to stdout or stderr. The matrix has a column for every tool (checked at import).
 
-One emulator serves on a socket for the whole module and is reset in-process
-between cases; each settings profile (small timeouts, a bigger retry budget
-for the bounded bursts, a closed port) has its own fleet server, built once.
-Each case opens its own client session, which runs the server's lifespan
-afresh: no cache or background task of one case reaches the next, so every
-case passes alone, in any order, and on any xdist worker.
+The rows are run by three test files, a group each (`ROWS`: Coder's API, writes
+and tokens, the app proxy and the agent), so xdist runs them side by side; each
+file's `rig` is one emulator on a socket, reset in-process between cases, and
+one fleet server per settings profile (small timeouts, a bigger retry budget
+for the bounded bursts, a closed port), built once. Each case opens its own
+client session, which runs the server's lifespan afresh: no cache or background
+task of one case reaches the next, so every case passes alone, in any order,
+and on any xdist worker.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -47,8 +46,6 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.coder.errors import CoderError
 from fleet_mcp.server import build_server
-
-pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SECRET = "tok-SECRET-7f3a9c1e5b2d4680"
 UNEXPECTED = "unexpected problem"
@@ -191,7 +188,22 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
 assert set(TOOLS) == ALL_TOOLS, "the matrix has a column for every tool"
 assert all(len(row) == len(TOOLS) for _, row in MATRIX.values())
 
-CASES = [(fault, tool) for fault in MATRIX for tool in TOOLS]
+
+def _group(fault: str) -> str:
+    if fault.startswith(("write-", "token-", "gone-", "deleted-")):
+        return "writes"
+    return "coder" if fault.startswith(("api-", "connection-")) else "proxy"
+
+
+ROWS: dict[str, list[str]] = {"coder": [], "writes": [], "proxy": []}
+for _fault in MATRIX:
+    ROWS[_group(_fault)].append(_fault)
+
+
+def cases(group: str) -> dict:
+    """`pytest.mark.parametrize` arguments for every tool under each of the group's faults."""
+    pairs = [(fault, tool) for fault in ROWS[group] for tool in TOOLS]
+    return {"argnames": ("fault", "tool"), "argvalues": pairs, "ids": [f"{f}-{t}" for f, t in pairs]}
 
 
 # --- the rig: one emulator on a socket, one fleet server per settings profile ------------
@@ -337,8 +349,9 @@ def watch_logs(caplog: pytest.LogCaptureFixture) -> list[tuple[logging.Handler, 
     return quiet
 
 
-@pytest.mark.parametrize(("fault", "tool"), CASES, ids=[f"{f}-{t}" for f, t in CASES])
-async def test_fault(rig: Rig, fault: str, tool: str, caplog, capfd) -> None:
+async def run_case(rig: Rig, fault: str, tool: str, caplog: pytest.LogCaptureFixture,
+                   capfd: pytest.CaptureFixture[str]) -> None:
+    """One cell: `tool` called under `fault`, its answer the row's promise, nothing leaked or unforeseen."""
     spec, row = MATRIX[fault]
     expected = row[list(TOOLS).index(tool)]
     quiet = watch_logs(caplog)
@@ -378,33 +391,3 @@ async def test_fault(rig: Rig, fault: str, tool: str, caplog, capfd) -> None:
     unforeseen = [r.getMessage() for r in caplog.records if r.name.startswith("fleet_mcp")
                   and r.getMessage().startswith("unexpected")]
     assert not unforeseen, unforeseen
-
-
-async def test_retry_after_is_honoured_when_the_budget_allows(rig: Rig) -> None:
-    """429 with Retry-After: 1 and a budget of 1 s: the one retry waits the second Coder asked for."""
-    prepare(rig.emulator)
-    rig.emulator.control.faults.add(status(API, 429, 1, retry_after=1))
-    started = time.monotonic()
-    async with rig.tools("slow") as tools:
-        answer = await tools("list_agents")
-    assert {a["name"] for a in answer["agents"]} == set(AGENTS)
-    assert time.monotonic() - started >= 0.9
-
-
-async def test_one_session_rides_out_faults_and_still_answers(rig: Rig) -> None:
-    """What the matrix checks per fresh session, one long-lived session of each server also survives:
-    persistent faults on every route, then none, and it answers as if nothing happened."""
-    for profile, faults in (("main", ("api-500-persistent", "api-drop-persistent", "proxy-garbage-persistent",
-                                      "api-500x2")),
-                            ("slow", ("api-500-persistent",))):
-        async with rig.tools(profile) as tools:
-            for fault in faults:
-                prepare(rig.emulator)
-                for r in MATRIX[fault][0].rules:
-                    rig.emulator.control.faults.add(r)
-                answer = await tools("show_agent", agent_name="runner")
-                assert UNEXPECTED not in json.dumps(answer), answer
-            prepare(rig.emulator)
-            projects = await tools("list_agent_projects")
-            assert [p["name"] for p in projects["projects"]] == ["fleet-demo", "fleet-research"], projects
-            assert (await tools("show_agent", agent_name="runner"))["agent"]["status"] == "busy"
