@@ -24,6 +24,7 @@ __all__ = ["Conversation"]
 
 log = logging.getLogger("fleet_mcp.runner")
 INTERRUPT_WAIT_S = 10.0
+INTERRUPT_AGAIN_S = 1.0  # how often an interrupt is sent again while its turn goes on (`_interrupt_again`)
 RUNNING = ("working", "needs_input")
 LOST_SESSION = "No conversation found with session ID"  # Claude Code's words when `resume` names no transcript
 
@@ -121,6 +122,24 @@ class Conversation:
         except Exception as exc:  # noqa: BLE001 - the turn goes on; say why the interrupt did not land
             raise Conflict("interrupt_failed",
                            f"Claude Code did not take the interrupt: {type(exc).__name__}") from None
+        again = asyncio.create_task(self._interrupt_again(self._turn_over))
+        self._tasks.add(again)
+        again.add_done_callback(self._tasks.discard)
+
+    async def _interrupt_again(self, over: asyncio.Event) -> None:
+        """Claude Code drops an interrupt that reaches it before the prompt sent just ahead of it has begun a
+        turn (the turn then runs on): while this turn goes on, up to INTERRUPT_WAIT_S, the interrupt is sent
+        again each INTERRUPT_AGAIN_S. A new turn clears `_interrupted` and ends the asking."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + INTERRUPT_WAIT_S
+        while loop.time() < end:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(over.wait(), INTERRUPT_AGAIN_S)
+                return
+            if (client := self._client) is None or not self._interrupted:
+                return
+            with contextlib.suppress(Exception):  # the first one was taken; a later one is only a second try
+                await asyncio.wait_for(client.interrupt(), INTERRUPT_AGAIN_S)
 
     def answer(self, allow: bool, message: str, prompt_id: str | None = None) -> None:
         """Allows or denies the pending tool call, only if it is `prompt_id` (when given): an answer never
