@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.util
-import selectors
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from processes import clean_env
 from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
+from fleet_mcp.emulator.runners.runtime import first_line
 from fleet_mcp.emulator.app import running
 from fleet_mcp.runner.store import Saved
 
@@ -200,15 +200,6 @@ class RunningRunner:
         return self.stderr.read_text(errors="replace")
 
 
-def _first_line(proc: subprocess.Popen, timeout: float) -> str:
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            return ""
-    return proc.stdout.readline().decode().strip()
-
-
 @contextmanager
 def runner_process(tmp_path: Path, messages_url: str, *args: str, workdir: Path | None = None,
                    home: Path | None = None, **env: str) -> Iterator[RunningRunner]:
@@ -224,7 +215,7 @@ def runner_process(tmp_path: Path, messages_url: str, *args: str, workdir: Path 
                                  *args], stdout=subprocess.PIPE, stderr=errfile, stdin=subprocess.DEVNULL,
                                 env=runner_env(home, messages_url, **env), cwd=tmp_path)
     try:
-        line = _first_line(proc, WAIT_S)
+        line = first_line(proc, WAIT_S)
         assert line.startswith("FLEET_RUNNER_URL="), f"no URL line (got {line!r}):\n{err.read_text()}"
         running = RunningRunner(line.split("=", 1)[1], proc, workdir, err)
         running.wait_for(lambda s: True, what="the API")

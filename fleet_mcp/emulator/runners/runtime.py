@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners"]
+__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners", "first_line"]
 
 log = logging.getLogger("fleet_mcp.emulator")
 
@@ -166,7 +166,7 @@ class Runners:
         proc = _spawn(disk, log, self._env(ws, agent, disk))
         running = RunnerProcess(agent.id, proc, log)
         self.procs[ws.id] = running
-        line = await asyncio.to_thread(_first_line, proc, START_WAIT_S)
+        line = await asyncio.to_thread(first_line, proc, START_WAIT_S)
         if line.startswith("FLEET_RUNNER_URL="):
             running.url = line.split("=", 1)[1]
         # A daemon thread: were a runner ever left running, its open pipe must not hold this process at exit.
@@ -313,7 +313,7 @@ def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
                                 stderr=errors, start_new_session=True)
 
 
-def _first_line(proc: subprocess.Popen, timeout: float) -> str:
+def first_line(proc: subprocess.Popen, timeout: float) -> str:
     """The process's first stdout line, or '' when it says nothing within `timeout` seconds."""
     assert proc.stdout is not None
     with selectors.DefaultSelector() as sel:
