@@ -206,7 +206,7 @@ class Settings(BaseSettings):
         description=(
             "`token`: the server acts as the one user of `CODER_SESSION_TOKEN`; `coder` (HTTP only): each request "
             "carries the caller's own Coder token as `Authorization: Bearer`, and every Coder request of that call is "
-            "made with it (see [Run it for a team](#run-it-for-a-team))"
+            "made with it (see [Run it for a team](team.md#run-it-for-a-team))"
         ),
     )
     auth_cache_s: float = Field(
@@ -250,7 +250,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO",
         description="what the server logs on stderr: `DEBUG`, `INFO`, `WARNING` or `ERROR` (any case; see "
-                    "[Logs](#logs))",
+                    "[Logs](../README.md#logs))",
     )
 
     @field_validator("coder_url")
