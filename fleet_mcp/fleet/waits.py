@@ -8,9 +8,11 @@ orchestrator calls waiting cost what one does.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import get_args
 
+from .background import Watch, offered
 from .budget import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
@@ -93,19 +95,20 @@ class Waits:
             raise not_found(f"No agent named {missing[0]!r}.", agent_names=missing)
         wanted, last_said = set(until), float("-inf")
         ends = started + timeout_s
+        if (handover := offered.get()) is not None and timeout_s > 0:
+            agents, met, done = self._look(names, page, wanted, mode)
+            if not done:  # the caller takes tasks: the wait goes on in the background, one look per tasks/get
+                now = time.time()
+                handover.watch = Watch("wait", tuple(names), tuple(until), mode, now, now + timeout_s)  # type: ignore[arg-type]
+                return self._answer(agents, met, False, 0.0, until, mode)
         while True:
-            by_name = {ws.name.lower(): ws for ws in page.workspaces}
-            agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
-            met = [a.name for a in agents if a.met]
-            gone = [a.name for a in agents if a.status == "deleted"]
-            done = bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
+            agents, met, done = self._look(names, page, wanted, mode)
             waited = loop.time() - started
             if done or waited >= timeout_s:
                 return self._answer(agents, met, not done, waited, until, mode)
             if loop.time() - last_said >= settings.progress_interval_s:
                 last_said = loop.time()
-                await progress(len(met), len(agents), f"{len(met)} of {len(agents)} {_agents(len(agents))} "
-                               f"reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)")
+                await progress(len(met), len(agents), _waiting(met, agents, until, waited, timeout_s))
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
             # next listing asked at most one interval after it. Progress keeps its own beat in between.
             next_poll = self.listing.asked_at + interval
@@ -117,6 +120,26 @@ class Waits:
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval, deadline=deadline)
+
+    async def look(self, watch: Watch, *, deadline: float | None) -> tuple[WaitResult | None, list[WaitedAgent], str]:
+        """One look at a background wait (`background.Watch`): its answer when over (met, or past its end: what
+        the blocking wait answers then), else None; the agents as seen, and what to say meanwhile. The listing
+        is shared with every other wait and look of this user, and at most one poll interval old."""
+        page = await self.listing.get(max_age=self.fleet.settings.wait_poll_interval_s, deadline=deadline)
+        agents, met, done = self._look(list(watch.names), page, set(watch.until), watch.mode)
+        now = time.time()
+        waited, timeout_s = max(0.0, now - watch.started), max(0.0, watch.ends - watch.started)
+        if done or now >= watch.ends:
+            return self._answer(agents, met, not done, waited, watch.until, watch.mode), agents, ""
+        return None, agents, _waiting(met, agents, watch.until, waited, timeout_s)
+
+    def _look(self, names: list[str], page: WorkspacesPage, wanted: set[Condition],
+              mode: str) -> tuple[list[WaitedAgent], list[str], bool]:
+        by_name = {ws.name.lower(): ws for ws in page.workspaces}
+        agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
+        met = [a.name for a in agents if a.met]
+        gone = [a.name for a in agents if a.status == "deleted"]
+        return agents, met, bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
 
     async def _pause(self, seconds: float, waited: float) -> None:
         """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
@@ -223,8 +246,9 @@ class Waits:
             return None, str(exc), None
 
 
-def _agents(count: int) -> str:
-    return "agent" if count == 1 else "agents"
+def _waiting(met: list[str], agents: list[WaitedAgent], until: Sequence[str], waited: float, timeout_s: float) -> str:
+    noun = "agent" if len(agents) == 1 else "agents"
+    return f"{len(met)} of {len(agents)} {noun} reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)"
 
 
 def _preview(messages: list[Message] | None) -> str | None:
