@@ -19,7 +19,7 @@ from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
-from .reads import prefetch
+from .reads import own_problem, prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
@@ -155,7 +155,10 @@ class Waits:
     def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
         if ws is None:
             return WaitedAgent(name=name, status="deleted", met=False)
-        status = list_status(ws, self.fleet.slugs)
+        try:
+            status = list_status(ws, self.fleet.slugs)
+        except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the wait
+            return WaitedAgent(name=ws.name, status="unknown", met=False, problem=own_problem(ws.name, exc).message)
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
                            status_since=iso(status.since), last_turn=status.last_turn,
                            last_turn_error=status.last_turn_error,
@@ -182,8 +185,18 @@ class Waits:
             page = await self.listing.get(max_age=0, deadline=deadline)  # fresh: a glance is a read of now
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             return AgentGlances(agents=list(await asyncio.gather(*(
-                self._glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
+                self._own_glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
                 for n in names))))
+
+    async def _own_glance(self, name: str, ws: Workspace | None,
+                          early: tuple[Driver, asyncio.Future[Details]] | None, deadline: float | None) -> AgentGlance:
+        """One agent's glance; whatever fails in reading it is its own entry, the others are answered."""
+        try:
+            return await self._glance(name, ws, early, deadline)
+        except Exception as exc:  # noqa: BLE001 - never the call's: the agent's entry says what failed
+            error = own_problem(ws.name if ws else name, exc)
+            return AgentGlance(name=ws.name if ws else name, problem=error.message,
+                               error={"error": error.error, "message": error.message, "details": error.details})
 
     async def _glance(self, name: str, ws: Workspace | None, early: tuple[Driver, asyncio.Future[Details]] | None,
                       deadline: float | None) -> AgentGlance:
