@@ -1,5 +1,7 @@
-"""App statuses to Coder, as its own reporter sends them: PATCH /api/v2/workspaceagents/me/app-status
-with the workspace agent's token. In order, one at a time, never blocking a turn."""
+"""App statuses to Coder, as its own reporter sends them: through Coder's CLI (`coder exp mcp server`'s
+`coder_report_task`, over the agent socket) where the workspace has it, else (and whenever the CLI fails)
+PATCH /api/v2/workspaceagents/me/app-status with the workspace agent's token. In order, one at a time,
+never blocking a turn."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ import asyncio
 import contextlib
 import logging
 import re
+from contextlib import AsyncExitStack
 from urllib.parse import urlencode
 
 import httpx
+
+from .coder_cli import CoderCLI
 
 __all__ = ["NEEDS_INPUT_URI", "PR_LINK", "Reporter", "first_line", "needs_input_uri", "pull_request_url"]
 
@@ -53,7 +58,8 @@ class Reporter:
 
     def __init__(self, agent_url: str | None, token: str | None, slug: str) -> None:
         self.enabled = bool(agent_url and token)
-        self._url = f"{(agent_url or '').rstrip('/')}/api/v2/workspaceagents/me/app-status"
+        self._agent_url = (agent_url or "").rstrip("/")
+        self._url = f"{self._agent_url}/api/v2/workspaceagents/me/app-status"
         self._token = token or ""
         self._slug = slug
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
@@ -111,10 +117,21 @@ class Reporter:
             log.warning("app status %s dropped: Coder is not taking statuses", state)
 
     async def _send_all(self) -> None:
-        async with httpx.AsyncClient(timeout=10, headers={"Coder-Session-Token": self._token}) as client:
+        async with AsyncExitStack() as stack:
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(timeout=10, headers={"Coder-Session-Token": self._token}))
+            cli = await CoderCLI.open(stack, self._slug, self._agent_url, self._token)
             while True:
                 body = await self._queue.get()
                 try:
+                    if cli is not None:
+                        try:
+                            await cli.report(body["state"], body["message"], body["uri"])
+                            continue
+                        except Exception as exc:  # noqa: BLE001 - whatever broke, the PATCH still reports
+                            log.warning("app statuses: `coder exp mcp server` failed (%s): reporting with PATCH "
+                                        "from now on", type(exc).__name__)
+                            cli = None
                     await self._send(client, body)
                 finally:
                     self._queue.task_done()

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners", "first_line"]
+__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder"]
 
 log = logging.getLogger("fleet_mcp.emulator")
 
@@ -114,6 +114,7 @@ class Runners:
             raise RuntimeError("agent_runtime='runner' needs the emulator served on a socket (its URL is the "
                                "runners' CODER_AGENT_URL): use app.running() or `fleet-mcp emulator`")
         self.root = Path(tempfile.mkdtemp(prefix="fleet-emulator-"))
+        install_coder(self.root / "bin")  # as a workspace has Coder's CLI: `coder exp mcp server` reports
         self._wake = asyncio.Event()
         try:
             while True:
@@ -195,6 +196,7 @@ class Runners:
             "ANTHROPIC_API_KEY": "emulator",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "HOME": str(disk / "home"),
+            "PATH": os.pathsep.join([str(disk.parent / "bin"), env.get("PATH", os.defpath)]),
             # As the template does: on the home volume, outside the project's git tree.
             "FLEET_RUNNER_STATE_FILE": str(disk / "home" / ".fleet-runner" / "state.json"),
         }
@@ -303,6 +305,14 @@ def _verifier(value: str) -> str:
     if not value:
         return ""
     return value.split(".")[1] if "." in value else hashlib.sha256(value.encode()).hexdigest()
+
+
+def install_coder(bin_dir: Path) -> None:
+    """Write the `coder` executable a runner finds on its PATH (the emulated CLI: coder_cli.py)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "coder"
+    script.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m fleet_mcp.emulator.runners.coder_cli \"$@\"\n")
+    script.chmod(0o755)
 
 
 def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
