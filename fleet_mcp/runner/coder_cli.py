@@ -64,8 +64,8 @@ class CoderCLI:
                      type(exc).__name__)
             return None
         if TOOL not in tools:
-            log.info("app statuses: this workspace's `coder exp mcp server` offers no %s (no agent socket, or "
-                     "an older Coder): reporting with PATCH", TOOL)
+            log.info("app statuses: this workspace's `coder exp mcp server` offers no %s (no agent socket): "
+                     "reporting with PATCH", TOOL)
             return None
         log.info("app statuses: reporting through `coder exp mcp server` (%s)", found)
         return cls(client)

@@ -119,6 +119,9 @@ async def test_real_runners_follow_their_workspaces(conformance):
         assert fleet_app["health"] == "healthy"
         assert shown["latest_app_status"]["state"] == "idle"  # the runner's own reports reached Coder
         assert {s["state"] for s in fleet_app["statuses"]} >= {"working", "complete", "idle"}
+        routes = (await coder.get("/emulator/requests")).json()["routes"]  # through the workspace's `coder` CLI
+        assert routes["POST /api/v2/workspaceagents/me/rpc/{method}"] >= 4  # its ping, then each status
+        assert "PATCH /api/v2/workspaceagents/me/app-status" not in routes
 
         await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "stop"})
         await until(lambda: _status(coder, ws["id"], "stopped"), "the stop build")
