@@ -59,6 +59,7 @@ async def _report_a_turn(coder: httpx.Client) -> list[tuple[str, str, str]]:
     reporter = Reporter(str(coder.base_url), token, SLUG)
     reporter.start()
     try:
+        await reporter.route()  # the CLI started, or could not: until then statuses go with PATCH
         reporter.working("Ship it")
         reporter.finished(f"Opened {PR}", False, PR)
         return await _statuses(coder, 3)

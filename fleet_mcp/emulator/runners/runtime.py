@@ -46,6 +46,7 @@ __all__ = ["RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_cod
 log = logging.getLogger("fleet_mcp.emulator")
 
 RUNNER_SLUG = "fleet"
+BIN = "bin"  # beside the workspaces' directories: what every workspace has on its PATH (Coder's CLI)
 START_WAIT_S = 30.0
 STOP_WAIT_S = 10.0
 POLL_S = 1.0
@@ -114,7 +115,7 @@ class Runners:
             raise RuntimeError("agent_runtime='runner' needs the emulator served on a socket (its URL is the "
                                "runners' CODER_AGENT_URL): use app.running() or `fleet-mcp emulator`")
         self.root = Path(tempfile.mkdtemp(prefix="fleet-emulator-"))
-        install_coder(self.root / "bin")  # as a workspace has Coder's CLI: `coder exp mcp server` reports
+        install_coder(self.root / BIN)  # as a workspace has Coder's CLI: `coder exp mcp server` reports
         self._wake = asyncio.Event()
         try:
             while True:
@@ -133,7 +134,7 @@ class Runners:
         for ws_id in [w for w in self.procs if w not in self.backend.workspaces]:  # forgotten by a reset
             await self._retire(ws_id)
         if self.root:
-            for disk in [d for d in self.root.iterdir() if d.name not in self.backend.workspaces]:
+            for disk in [d for d in self.root.iterdir() if d.name not in (*self.backend.workspaces, BIN)]:
                 await asyncio.to_thread(shutil.rmtree, disk, True)
         for ws in list(self.backend.workspaces.values()):
             wanted = self._wanted(ws)
@@ -196,7 +197,7 @@ class Runners:
             "ANTHROPIC_API_KEY": "emulator",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "HOME": str(disk / "home"),
-            "PATH": os.pathsep.join([str(disk.parent / "bin"), env.get("PATH", os.defpath)]),
+            "PATH": os.pathsep.join([str(disk.parent / BIN), env.get("PATH", os.defpath)]),
             # As the template does: on the home volume, outside the project's git tree.
             "FLEET_RUNNER_STATE_FILE": str(disk / "home" / ".fleet-runner" / "state.json"),
         }
