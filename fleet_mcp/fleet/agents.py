@@ -15,7 +15,7 @@ from typing import Any
 
 from .builds import Builds
 from ..coder import errors as ce
-from ..coder.client import CoderClient, collection_paused
+from ..coder.client import CoderClient
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
     Driver, DriverError, Live, Message, Pending, Slugs, Unkeyed, Unreachable, agent_and_app, driver_app, driver_for,
@@ -191,10 +191,11 @@ class Fleet:
 
     async def list_agents(self, status: str | None = None, project: str | None = None, *,
                           deadline: float | None) -> AgentList:
+        # A big listing is parsed with the collector held off until this task yields (`coder.answers`): it is
+        # summarised and dropped before any collection walks it.
         page = await self.client.workspaces(FLEET_QUERY, deadline=deadline)
-        with collection_paused():  # the listing is read and dropped before a collection can walk it
-            agents = self._summaries(page.workspaces, status, project)
-            del page
+        agents = self._summaries(page.workspaces, status, project)
+        del page
         return AgentList(agents=agents, total_count=len(agents))
 
     def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
