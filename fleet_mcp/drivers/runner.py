@@ -32,7 +32,15 @@ class _Pending(LenientModel):
     id: Text = ""
     tool: Text = ""
     summary: Text = ""
+    input: dict[str, Any] | None = None
+    input_truncated: bool = False
+    input_chars: int | None = None
+    digest: Text = ""
     since: Timestamp = None
+
+    def pending(self) -> Pending:
+        return Pending(self.tool, self.summary, self.since, self.id or None, self.input, self.input_truncated,
+                       self.input_chars, self.digest or None)
 
 
 class _Answered(LenientModel):
@@ -40,9 +48,10 @@ class _Answered(LenientModel):
     decision: Text = ""
     by: Text = ""
     at: Timestamp = None
+    digest: str | None = None
 
     def answered(self) -> Answered:
-        return Answered(self.id, self.decision, self.by, self.at)
+        return Answered(self.id, self.decision, self.by, self.at, self.digest)
 
 
 class _State(LenientModel):
@@ -109,6 +118,10 @@ class _Diff(LenientModel):
     end_commit: str | None = None
 
 
+class _Answer(LenientModel):
+    answered: _Pending | None = None
+
+
 class _Sent(LenientModel):
     queued: bool = False
 
@@ -157,8 +170,7 @@ class RunnerDriver:
 
     async def live(self, *, deadline: float | None) -> Live:
         s: _State = await self._call("GET", "state", _State, deadline=deadline)
-        p = s.pending
-        pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
+        pending = s.pending.pending() if s.pending else None
         return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error, since=s.since,
                     current_task=s.current_task, latest_output=s.latest_output, queued=s.queued, turns=s.turns,
                     cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
@@ -186,17 +198,19 @@ class RunnerDriver:
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
+        if not prompt_id or not digest:
+            raise NothingPending("The runner answers only a prompt named by its id and digest.")
         try:
-            await self._call("POST", "answer", None, {"decision": decision, "message": message,
-                                                      "prompt_id": prompt_id or ""}, deadline=deadline)
+            done: _Answer = await self._call("POST", "answer", _Answer, {
+                "decision": decision, "message": message, "prompt_id": prompt_id, "digest": digest,
+                "allow_truncated": allow_truncated}, deadline=deadline)
         except ce.Conflict as exc:
-            if not prompt_id:
-                raise NothingPending("The agent is not waiting for an answer.") from None
-            # The runner refused it atomically: what waits now, and what became of it.
+            # The runner refused it atomically (another prompt, another digest, a cut input): what waits now.
             now = await self.live(deadline=deadline)
             raise StalePrompt(exc.message, now.pending, now.answer_of(prompt_id)) from None
+        return done.answered.pending() if done.answered else None
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         state: _State = await self._call("GET", "state", _State, deadline=deadline)

@@ -27,6 +27,7 @@ from ..models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
+from .asks import confirmed_all
 from .projects import Catalog
 from .reads import nothing, prefetch, quietly
 from ..rules import (
@@ -192,17 +193,20 @@ class Fleet:
                           deadline: float | None) -> AgentList:
         page = await self.client.workspaces(FLEET_QUERY, deadline=deadline)
         with collection_paused():  # the listing is read and dropped before a collection can walk it
-            agents = self._summaries(page.workspaces, status, project)
+            found = [(ws, list_status(ws, self.slugs)) for ws in page.workspaces]
             del page
+        # A prompt's input comes from the runner, never from the listing's mark (asks.py).
+        statuses = await confirmed_all(self, found, deadline=deadline)
+        agents = self._summaries([(ws, s) for (ws, _), s in zip(found, statuses, strict=True)], status, project)
         return AgentList(agents=agents, total_count=len(agents))
 
-    def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
+    def _summaries(self, listed: list[tuple[Workspace, Status]], status: str | None,
+                   project: str | None) -> list[AgentSummary]:
         agents = []
-        for ws in listed:
+        for ws, now in listed:
             task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
             summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
-                                   current_task=task[:LIST_TASK_CHARS] if task else None,
-                                   **facts(list_status(ws, self.slugs)))
+                                   current_task=task[:LIST_TASK_CHARS] if task else None, **facts(now))
             if status and summary.status != status:
                 continue
             if project and project.lower() not in (ws.template_name.lower(), ws.template_display_name.lower()):
@@ -311,7 +315,9 @@ def prompt(pending: Pending | None) -> PendingPrompt | None:
     """A pending prompt as the tools show it."""
     if pending is None:
         return None
-    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.summary, asked_at=iso(pending.since))
+    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.input,
+                         input_truncated=pending.truncated, input_chars=pending.chars, digest=pending.digest,
+                         summary=pending.summary, asked_at=iso(pending.since))
 
 
 def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:

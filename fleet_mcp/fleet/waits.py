@@ -16,6 +16,7 @@ from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
+from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
@@ -95,7 +96,7 @@ class Waits:
         ends = started + timeout_s
         while True:
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
-            agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
+            agents = await self._waited_all(names, by_name, wanted, deadline)
             met = [a.name for a in agents if a.met]
             gone = [a.name for a in agents if a.status == "deleted"]
             done = bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
@@ -129,10 +130,17 @@ class Waits:
                           "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
                           "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
-    def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
-        if ws is None:
+    async def _waited_all(self, names: list[str], by_name: dict[str, Workspace], until: set[Condition],
+                          deadline: float | None) -> list[WaitedAgent]:
+        """Each agent as the listing shows it; a runner's prompt (and whether one waits) as the runner says."""
+        found = [(ws, list_status(ws, self.fleet.slugs)) for n in names if (ws := by_name.get(n.lower()))]
+        statuses = iter(await confirmed_all(self.fleet, found, deadline=deadline))
+        return [self._waited(n, ws, next(statuses) if ws else None, until)
+                for n in names for ws in [by_name.get(n.lower())]]
+
+    def _waited(self, name: str, ws: Workspace | None, status: Status | None, until: set[Condition]) -> WaitedAgent:
+        if ws is None or status is None:
             return WaitedAgent(name=name, status="deleted", met=False)
-        status = list_status(ws, self.fleet.slugs)
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
                            status_since=iso(status.since), last_turn=status.last_turn,
                            last_turn_error=status.last_turn_error,

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .changes import PAGE_MAX, DiffRefused
-from .prompts import Conflict, StalePrompt
+from .prompts import Conflict, InputCut, PromptChanged, StalePrompt
 from .session import Conversation
 from .typed import invalid_schema
 
@@ -67,7 +67,9 @@ class AnswerBody(BaseModel):
 
     decision: Literal["allow", "deny"]
     prompt_id: str = Field(min_length=1, max_length=100)  # the prompt answered: never another one
+    digest: str = Field(min_length=1, max_length=100)  # of the tool and whole input its sender was shown
     message: str = Field("", max_length=CONTENT_MAX)
+    allow_truncated: bool = False  # an allow of an input shown cut must say so
 
 
 class DiffQuery(BaseModel):
@@ -138,9 +140,10 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def answer(request: Request) -> JSONResponse:
         body = await _body(request, AnswerBody)
-        c.answer(body.decision == "allow", body.message, body.prompt_id)
+        answered = c.answer(body.decision == "allow", body.message, body.prompt_id, body.digest,
+                            body.allow_truncated)
         await c.reporter.delivered()
-        return JSONResponse({"state": c.state_json()})
+        return JSONResponse({"state": c.state_json(), "answered": {**answered.json(), "decision": body.decision}})
 
     async def result(request: Request) -> JSONResponse:
         return JSONResponse({"result": asdict(c.saved.results[-1]) if c.saved.results else None})
@@ -168,6 +171,9 @@ def build_app(conversation: Conversation) -> Starlette:
         if isinstance(exc, StalePrompt):  # what waits now, and what became of the prompt named
             return JSONResponse({"error": exc.code, "message": str(exc), "pending": exc.pending.json()
                                  if exc.pending else None, "answered": exc.answered}, status_code=409)
+        if isinstance(exc, (PromptChanged, InputCut)):  # the prompt that waits, whole
+            return JSONResponse({"error": exc.code, "message": str(exc), "pending": exc.pending.json()},
+                                status_code=409)
         return _error(409, exc.code, str(exc))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
