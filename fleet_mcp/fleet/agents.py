@@ -29,14 +29,15 @@ from ..models import (
 )
 from .asks import confirmed_all
 from .projects import Catalog
-from .reads import nothing, prefetch, quietly
+from .reads import nothing, own_problem, prefetch, quietly
 from ..rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
     iso, paginate, valid_name,
 )
 from ..settings import Settings
 from .status import (
-    Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
+    RUNNER_PROMPT_URI, Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status,
+    live_status, needs_attention,
 )
 
 __all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "why_unreachable",
@@ -193,26 +194,27 @@ class Fleet:
                           deadline: float | None) -> AgentList:
         page = await self.client.workspaces(FLEET_QUERY, deadline=deadline)
         with collection_paused():  # the listing is read and dropped before a collection can walk it
-            found = [(ws, list_status(ws, self.slugs)) for ws in page.workspaces]
+            listed = [(ws, self._summary(ws)) for ws in page.workspaces
+                      if not project or project.lower() in (ws.template_name.lower(), ws.template_display_name.lower())]
             del page
-        # A prompt's input comes from the runner, never from the listing's mark (asks.py).
-        statuses = await confirmed_all(self, found, deadline=deadline)
-        agents = self._summaries([(ws, s) for (ws, _), s in zip(found, statuses, strict=True)], status, project)
+        # A runner's prompt, and whether one waits, come from the runner, never from the listing's mark (asks.py).
+        marked = [(ws, list_status(ws, self.slugs)) for ws, s in listed
+                  if s.status == "needs_input" and s.status_source == "app status"]
+        now = {ws.id: found for (ws, _), found in zip(marked, await confirmed_all(self, marked, deadline=deadline),
+                                                       strict=True)}
+        agents = [s.model_copy(update=facts(now[ws.id])) if ws.id in now else s for ws, s in listed]
+        agents = [s for s in agents if not status or s.status == status]
         return AgentList(agents=agents, total_count=len(agents))
 
-    def _summaries(self, listed: list[tuple[Workspace, Status]], status: str | None,
-                   project: str | None) -> list[AgentSummary]:
-        agents = []
-        for ws, now in listed:
+    def _summary(self, ws: Workspace) -> AgentSummary:
+        try:
             task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
-            summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
-                                   current_task=task[:LIST_TASK_CHARS] if task else None, **facts(now))
-            if status and summary.status != status:
-                continue
-            if project and project.lower() not in (ws.template_name.lower(), ws.template_display_name.lower()):
-                continue
-            agents.append(summary)
-        return agents
+            return AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
+                                current_task=task[:LIST_TASK_CHARS] if task else None,
+                                **facts(list_status(ws, self.slugs)))
+        except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
+            return AgentSummary(name=ws.name, project=ws.template_name, status="unknown", status_source="app status",
+                                current_task=None, problem=own_problem(ws.name, exc).message)
 
     async def show(self, name: str, *, deadline: float | None) -> ShownAgent:
         """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline
@@ -261,7 +263,9 @@ class Fleet:
     async def history(self, name: str, page: int, page_size: int, *, deadline: float | None) -> TaskHistory:
         ws, _ = await self.find(name, deadline=deadline)
         statuses = await self.statuses(ws, deadline=deadline)
-        tasks = [Task(message=s.message, uri=s.uri, state=s.state, created_at=iso(s.created_at) or "",
+        # The runner's prompt marker is the fleet's own wire (`pending` tells the prompt), not a link to show.
+        tasks = [Task(message=s.message, uri="" if s.uri.startswith(RUNNER_PROMPT_URI) else s.uri, state=s.state,
+                      created_at=iso(s.created_at) or "",
                       needs_user_attention=needs_attention(statuses, i))
                  for i, s in enumerate(statuses) if not _ends_same_turn(statuses, i)]
         start, end, size, pages = paginate(len(tasks), page, page_size)

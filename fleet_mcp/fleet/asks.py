@@ -12,10 +12,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..coder import errors as ce
 from ..coder.schemas import Workspace
 from ..drivers import agent_and_app
-from ..errors import FleetError
 from .status import Snapshot, Status, live_status
 
 if TYPE_CHECKING:
@@ -42,9 +40,9 @@ async def confirmed(fleet: Fleet, ws: Workspace, status: Status, *, deadline: fl
         return status
     try:
         driver = await fleet.keyed_driver(ws, deadline=deadline)
-    except (FleetError, ce.CoderError):
+        live, unreachable = await fleet.live(driver, deadline=deadline)
+    except Exception:  # noqa: BLE001 - whatever its runner answered is this agent's, never the list's
         return status
-    live, unreachable = await fleet.live(driver, deadline=deadline)
     if live is None:
         return status
     return live_status(Snapshot(ws, {}, live, unreachable), fleet.slugs)

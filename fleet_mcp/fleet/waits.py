@@ -8,9 +8,11 @@ orchestrator calls waiting cost what one does.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import get_args
 
+from .background import Watch, offered
 from .budget import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
@@ -18,7 +20,7 @@ from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
 from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
-from .reads import prefetch
+from .reads import own_problem, prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
@@ -94,19 +96,20 @@ class Waits:
             raise not_found(f"No agent named {missing[0]!r}.", agent_names=missing)
         wanted, last_said = set(until), float("-inf")
         ends = started + timeout_s
+        if (handover := offered.get()) is not None and timeout_s > 0:
+            agents, met, done = await self._look(names, page, wanted, mode, deadline)
+            if not done:  # the caller takes tasks: the wait goes on in the background, one look per tasks/get
+                now = time.time()
+                handover.watch = Watch("wait", tuple(names), tuple(until), mode, now, now + timeout_s)  # type: ignore[arg-type]
+                return self._answer(agents, met, False, 0.0, until, mode)
         while True:
-            by_name = {ws.name.lower(): ws for ws in page.workspaces}
-            agents = await self._waited_all(names, by_name, wanted, deadline)
-            met = [a.name for a in agents if a.met]
-            gone = [a.name for a in agents if a.status == "deleted"]
-            done = bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
+            agents, met, done = await self._look(names, page, wanted, mode, deadline)
             waited = loop.time() - started
             if done or waited >= timeout_s:
                 return self._answer(agents, met, not done, waited, until, mode)
             if loop.time() - last_said >= settings.progress_interval_s:
                 last_said = loop.time()
-                await progress(len(met), len(agents), f"{len(met)} of {len(agents)} {_agents(len(agents))} "
-                               f"reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)")
+                await progress(len(met), len(agents), _waiting(met, agents, until, waited, timeout_s))
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
             # next listing asked at most one interval after it. Progress keeps its own beat in between.
             next_poll = self.listing.asked_at + interval
@@ -119,6 +122,27 @@ class Waits:
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval, deadline=deadline)
 
+    async def look(self, watch: Watch, *, deadline: float | None) -> tuple[WaitResult | None, list[WaitedAgent], str]:
+        """One look at a background wait (`background.Watch`): its answer when over (met, or past its end: what
+        the blocking wait answers then), else None; the agents as seen, and what to say meanwhile. The listing
+        is shared with every other wait and look of this user, and at most one poll interval old."""
+        page = await self.listing.get(max_age=self.fleet.settings.wait_poll_interval_s, deadline=deadline)
+        agents, met, done = await self._look(list(watch.names), page, set(watch.until), watch.mode, deadline)
+        now = time.time()
+        waited, timeout_s = max(0.0, now - watch.started), max(0.0, watch.ends - watch.started)
+        if done or now >= watch.ends:
+            return self._answer(agents, met, not done, waited, watch.until, watch.mode), agents, ""
+        return None, agents, _waiting(met, agents, watch.until, waited, timeout_s)
+
+    async def _look(self, names: list[str], page: WorkspacesPage, wanted: set[Condition], mode: str,
+                    deadline: float | None) -> tuple[list[WaitedAgent], list[str], bool]:
+        by_name = {ws.name.lower(): ws for ws in page.workspaces}
+        agents = await self._confirmed([self._waited(n, by_name.get(n.lower()), wanted) for n in names], by_name,
+                                       wanted, deadline)
+        met = [a.name for a in agents if a.met]
+        gone = [a.name for a in agents if a.status == "deleted"]
+        return agents, met, bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
+
     async def _pause(self, seconds: float, waited: float) -> None:
         """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
         once rather than holding its shutdown or dropping the connection: the caller waits again elsewhere."""
@@ -130,17 +154,28 @@ class Waits:
                           "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
                           "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
-    async def _waited_all(self, names: list[str], by_name: dict[str, Workspace], until: set[Condition],
-                          deadline: float | None) -> list[WaitedAgent]:
-        """Each agent as the listing shows it; a runner's prompt (and whether one waits) as the runner says."""
-        found = [(ws, list_status(ws, self.fleet.slugs)) for n in names if (ws := by_name.get(n.lower()))]
-        statuses = iter(await confirmed_all(self.fleet, found, deadline=deadline))
-        return [self._waited(n, ws, next(statuses) if ws else None, until)
-                for n in names for ws in [by_name.get(n.lower())]]
+    async def _confirmed(self, agents: list[WaitedAgent], by_name: dict[str, Workspace], until: set[Condition],
+                         deadline: float | None) -> list[WaitedAgent]:
+        """A runner's prompt, and whether one waits at all, as its runner says: never the listing's mark alone,
+        which the agent can post itself (asks.py)."""
+        found = [(i, ws, list_status(ws, self.fleet.slugs)) for i, a in enumerate(agents)
+                 if a.status == "needs_input" and (ws := by_name.get(a.name.lower())) is not None]
+        statuses = await confirmed_all(self.fleet, [(ws, status) for _, ws, status in found], deadline=deadline)
+        for (i, ws, _), status in zip(found, statuses, strict=True):
+            agents[i] = self._of(ws, status, until)
+        return agents
 
-    def _waited(self, name: str, ws: Workspace | None, status: Status | None, until: set[Condition]) -> WaitedAgent:
-        if ws is None or status is None:
+    def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
+        if ws is None:
             return WaitedAgent(name=name, status="deleted", met=False)
+        try:
+            status = list_status(ws, self.fleet.slugs)
+        except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the wait
+            return WaitedAgent(name=ws.name, status="unknown", met=False, problem=own_problem(ws.name, exc).message)
+        return self._of(ws, status, until)
+
+    @staticmethod
+    def _of(ws: Workspace, status: Status, until: set[Condition]) -> WaitedAgent:
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
                            status_since=iso(status.since), last_turn=status.last_turn,
                            last_turn_error=status.last_turn_error,
@@ -167,8 +202,18 @@ class Waits:
             page = await self.listing.get(max_age=0, deadline=deadline)  # fresh: a glance is a read of now
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             return AgentGlances(agents=list(await asyncio.gather(*(
-                self._glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
+                self._own_glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
                 for n in names))))
+
+    async def _own_glance(self, name: str, ws: Workspace | None,
+                          early: tuple[Driver, asyncio.Future[Details]] | None, deadline: float | None) -> AgentGlance:
+        """One agent's glance; whatever fails in reading it is its own entry, the others are answered."""
+        try:
+            return await self._glance(name, ws, early, deadline)
+        except Exception as exc:  # noqa: BLE001 - never the call's: the agent's entry says what failed
+            error = own_problem(ws.name if ws else name, exc)
+            return AgentGlance(name=ws.name if ws else name, problem=error.message,
+                               error={"error": error.error, "message": error.message, "details": error.details})
 
     async def _glance(self, name: str, ws: Workspace | None, early: tuple[Driver, asyncio.Future[Details]] | None,
                       deadline: float | None) -> AgentGlance:
@@ -218,8 +263,9 @@ class Waits:
             return None, str(exc), None
 
 
-def _agents(count: int) -> str:
-    return "agent" if count == 1 else "agents"
+def _waiting(met: list[str], agents: list[WaitedAgent], until: Sequence[str], waited: float, timeout_s: float) -> str:
+    noun = "agent" if len(agents) == 1 else "agents"
+    return f"{len(met)} of {len(agents)} {noun} reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)"
 
 
 def _preview(messages: list[Message] | None) -> str | None:
