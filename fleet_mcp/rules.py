@@ -39,8 +39,14 @@ SCHEMA_MAX = 16_384  # bytes of a result_schema as JSON (the runner holds the sa
 
 
 def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with `Z`, whatever offset Coder sent."""
-    return dt.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z" if dt else None
+    """ISO 8601 in UTC with `Z`, whatever offset Coder sent; a time past what UTC holds, its last second."""
+    if dt is None:
+        return None
+    try:
+        utc = dt.astimezone(UTC)
+    except OverflowError:  # an agent's own time, late on 9999-12-31 west of UTC or early on 0001-01-01 east
+        utc = datetime.max if dt.year > 1 else datetime.min
+    return utc.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def valid_name(name: str, most: int = MAX_WORKSPACE_NAME) -> bool:

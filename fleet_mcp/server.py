@@ -19,6 +19,7 @@ from .settings import Settings
 from .serving.users import CoderTokens, Services, Users
 from .errors import Envelope
 from .registry import instructions, register
+from .serving.tasks import FleetTasks
 
 __all__ = ["build_server"]
 
@@ -71,4 +72,6 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
     mcp = FastMCP("fleet-mcp", version=__version__, lifespan=open_client, middleware=middleware,
                   auth=CoderTokens(users) if users is not None else None)
     mcp.instructions = instructions(register(mcp, read_only=settings.read_only), read_only=settings.read_only)
+    if settings.tasks != "off":
+        mcp.add_extension(FleetTasks(settings.tasks, settings.wait_poll_interval_s))
     return mcp

@@ -28,7 +28,7 @@ from ..models import (
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
-from .reads import nothing, prefetch, quietly
+from .reads import nothing, own_problem, prefetch, quietly
 from ..rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
     iso, paginate, valid_name,
@@ -199,10 +199,16 @@ class Fleet:
     def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
         agents = []
         for ws in listed:
-            task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
-            summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
-                                   current_task=task[:LIST_TASK_CHARS] if task else None,
-                                   **facts(list_status(ws, self.slugs)))
+            try:
+                task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
+                summary = AgentSummary(name=ws.name, project=ws.template_name,
+                                       last_activity_at=iso(last_activity(ws)),
+                                       current_task=task[:LIST_TASK_CHARS] if task else None,
+                                       **facts(list_status(ws, self.slugs)))
+            except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
+                summary = AgentSummary(name=ws.name, project=ws.template_name, status="unknown",
+                                       status_source="app status", current_task=None,
+                                       problem=own_problem(ws.name, exc).message)
             if status and summary.status != status:
                 continue
             if project and project.lower() not in (ws.template_name.lower(), ws.template_display_name.lower()):

@@ -22,7 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import gitrepo
-from .gitrepo import GitError, Point
+from .gitexec import GitError, Isolated, isolate
+from .gitrepo import Point
 
 __all__ = ["PAGE_MAX", "ChangeLog", "DiffRefused", "line"]
 
@@ -93,9 +94,10 @@ class ChangeLog:
             return None, self.why_none or "the task's start was not recorded"
         try:
             end = gitrepo.point(self.start.repository, self._scratch())
-            self.task = gitrepo.summary(self.start, end)
+            git = isolate(end.repository, self._scratch())
+            self.task = gitrepo.summary(git, self.start, end)
             if self.origin is not None:
-                self.agent = gitrepo.summary(self.origin, end)
+                self.agent = gitrepo.summary(git, self.origin, end)
         except (GitError, OSError) as exc:
             log.warning("changes: %s", exc)
             return None, f"git could not read the repository at the task's end: {exc}"
@@ -135,8 +137,9 @@ class ChangeLog:
                 f" ({self.why_none})" if self.why_none else ""))
         repo, base, tree = summary["repository"], summary["start_tree"], summary["end_tree"]
         try:
-            listed, _ = gitrepo.entries(repo, base, tree, LISTED_MAX)
-        except GitError as exc:
+            git = isolate(repo, self._scratch())
+            listed, _ = gitrepo.entries(git, base, tree, LISTED_MAX)
+        except (GitError, OSError) as exc:
             raise DiffRefused("unavailable", f"git could not read the recorded changes: {exc}") from None
         if path is not None:
             wanted = _relative(path).encode()
@@ -147,7 +150,7 @@ class ChangeLog:
         pages = max(1, math.ceil(len(listed) / size))
         files, patch = [], []
         for entry in listed[(page - 1) * size:page * size]:
-            shown = self._file(repo, base, tree, entry, fmt == "patch")
+            shown = self._file(git, base, tree, entry, fmt == "patch")
             files.append(shown)
             if fmt == "patch" and not shown["truncated"]:
                 patch.append(shown["diff"])
@@ -156,8 +159,8 @@ class ChangeLog:
                 "end_commit": summary["end_commit"]}
 
     @staticmethod
-    def _file(repo: str, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> dict[str, Any]:
-        raw, cut = gitrepo.diff_file(repo, base, tree, entry, binary_patch=patch)
+    def _file(git: Isolated, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> dict[str, Any]:
+        raw, cut = gitrepo.diff_file(git, base, tree, entry, binary_patch=patch)
         name = entry.path.decode(errors="backslashreplace")
         try:
             text, note = raw.decode(), None

@@ -345,7 +345,7 @@ async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulato
 
 @pytest.mark.system
 def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
-    """README "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
+    """docs/settings.md "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
     where no DNS knows the wildcard, and without it."""
     from processes import emulator_process
 
