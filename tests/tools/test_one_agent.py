@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
-from fastmcp import Client
-
-from fleet_mcp.server import build_server
-from support import CheckedTransport, Tools, create_workspace, fleet_settings
+from support import create_workspace
 
 FAR = "9999-12-31T23:59:59-14:00"  # valid ISO 8601; year 10000 in UTC
 APP_STATUS = "/api/v2/workspaceagents/me/app-status"
 
 
 @pytest.fixture
-async def tools(emulator, conformance):
-    transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
-    async with Client(build_server(fleet_settings(), transport=transport)) as client:
-        yield Tools(client)
+def app_mode() -> str:
+    """By path only: how apps are reached is not what these tests are about."""
+    return "path"
 
 
 async def runner_agent(coder, emulator, name: str) -> str:
