@@ -111,7 +111,9 @@ async def test_an_impostor_on_a_runner_port_never_sees_the_token_but_gets_the_ru
         port = httpx.URL(url).port
         settings = {"connect_to": f"*.{APP_HOST}=127.0.0.1:{port}"} if app_mode == "subdomain" else {}
         transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
-        async with fleet_tools(transport, auth, coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
+        # Waits poll twice a second: the start takes most of a minute on a loaded machine, and faster polling
+        # would spend the waits' share of Coder's rate limit (256 a minute) before the second wait.
+        async with fleet_tools(transport, auth, coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.5,
                                cancel_wait_s=20, delete_wait_s=30, **settings) as tools:
             call = Story(tools, impostor)
             await call("create_agent", name="sdk-leak", project="fleet-demo", spec="Run it [[permission]]")
@@ -120,7 +122,8 @@ async def test_an_impostor_on_a_runner_port_never_sees_the_token_but_gets_the_ru
             prompt = (await call("show_agent", agent_name="sdk-leak"))["agent"]["pending"]["prompt_id"]
             assert (await call("answer_agent", agent_name="sdk-leak", prompt_id=prompt,
                                decision="allow"))["prompt_id"] == prompt
-            assert (await call("wait_for_agents", agent_names=["sdk-leak"], **wait))["met"] == ["sdk-leak"]
+            waited = await call("wait_for_agents", agent_names=["sdk-leak"], **wait)
+            assert waited["met"] == ["sdk-leak"], waited
             await call("show_agents", agent_names=["sdk-leak"])
             await call("show_agent_log", agent_name="sdk-leak")
             assert (await call("get_agent_result", agent_name="sdk-leak"))["outcome"] == "succeeded"
