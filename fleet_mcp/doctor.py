@@ -112,7 +112,7 @@ class Report:
             if p.complete:
                 out.append(f"  {_OK} {p.title}: complete" + (f"; {shown}" if shown else ""))
             else:
-                out.append(f"  {_FAIL} {p.title}: lacks" + (f" ({shown})" if shown else ""))
+                out.append(f"  {_FAIL} {p.title}: incomplete" + (f"; {shown}" if shown else ""))
                 out += [f"         - {lack}" for lack in p.lacks]
             out += [f"         ! {warning}" for warning in p.warnings]
         if any(p.driver == RUNNER for p in self.projects):

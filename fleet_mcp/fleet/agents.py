@@ -35,7 +35,8 @@ from ..rules import (
 )
 from ..settings import Settings
 from .status import (
-    Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
+    RUNNER_PROMPT_URI, Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status,
+    live_status, needs_attention,
 )
 
 __all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "why_unreachable",
@@ -263,7 +264,9 @@ class Fleet:
     async def history(self, name: str, page: int, page_size: int, *, deadline: float | None) -> TaskHistory:
         ws, _ = await self.find(name, deadline=deadline)
         statuses = await self.statuses(ws, deadline=deadline)
-        tasks = [Task(message=s.message, uri=s.uri, state=s.state, created_at=iso(s.created_at) or "",
+        # The runner's prompt marker is the fleet's own wire (`pending` tells the prompt), not a link to show.
+        tasks = [Task(message=s.message, uri="" if s.uri.startswith(RUNNER_PROMPT_URI) else s.uri, state=s.state,
+                      created_at=iso(s.created_at) or "",
                       needs_user_attention=needs_attention(statuses, i))
                  for i, s in enumerate(statuses) if not _ends_same_turn(statuses, i)]
         start, end, size, pages = paginate(len(tasks), page, page_size)
