@@ -217,9 +217,9 @@ async def show_agent_diff(
     turns: Turns = Depends(turns_of),
     deadline: float | None = None,
 ) -> AgentDiff:
-    """The diff of a runner agent's work in its repository, by file: committed, uncommitted and new files
-    against where its last task (or the agent) started. Each file's diff is cut at 50,000 bytes
-    (`truncated`); binary files are named, not dumped."""
+    """A runner agent's changes, committed or not, since its last task (or the agent) started, by file. A
+    file's diff stops at 50,000 bytes, a page at 640 KB: what is left out is `truncated` with a note (ask
+    by `path`); binaries are named only."""
     return await turns.diff(agent_name, scope, path, format, page, page_size, deadline=deadline)
 
 

@@ -76,6 +76,19 @@ async def create_workspace(coder: httpx.AsyncClient, name: str, template: str = 
     return await coder.post("/api/v2/users/me/workspaces", json=body)
 
 
+async def runner_agent(coder: httpx.AsyncClient, emulator: Emulator, name: str) -> str:
+    """A fleet workspace, up, whose agent offers the runner's app (`fleet`) with nothing behind it (a test's
+    fault rules stand in for the runner); its workspace agent's token."""
+    if (await coder.get("/api/v2/organizations/coder/templates/runner-agents")).status_code == 404:
+        assert (await coder.post("/emulator/templates", json={"name": "runner-agents", "apps": ["fleet"]})
+                ).status_code == 201
+    made = await create_workspace(coder, name, template="runner-agents",
+                                  params={"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Work."})
+    assert made.status_code == 201, made.text
+    emulator.advance(30)
+    return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+
+
 def dumps(value) -> str:
     return json.dumps(value, indent=1)[:2000]
 

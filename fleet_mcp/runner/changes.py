@@ -30,6 +30,9 @@ __all__ = ["PAGE_MAX", "ChangeLog", "DiffRefused", "line"]
 log = logging.getLogger("fleet_mcp.runner")
 PAGE_MAX = 50
 LISTED_MAX = 10_000  # files a diff pages through; summaries count them all
+# What one page's diffs may take as JSON (each twice in a patch page: in `files` and in `patch`): well within
+# the 1 MiB the fleet reads of an answer, which any page of big files would pass otherwise.
+PAGE_BYTES = 640 * 1024
 
 
 class DiffRefused(Exception):
@@ -38,6 +41,13 @@ class DiffRefused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _left_out(shown: dict[str, Any], cost: int) -> dict[str, Any]:
+    """A file named on a full page without its diff, saying how to get it: by its path (a page of its own)."""
+    note = (f"not shown: this page's diffs reached {PAGE_BYTES // 1024} KB before it (its own is {cost // 1024 + 1} "
+            f"KB); ask for path={shown['path']!r} to see it")
+    return {**shown, "diff": "", "truncated": True, "note": note}
 
 
 def line(summary: dict[str, Any] | None) -> str | None:
@@ -148,9 +158,16 @@ class ChangeLog:
                 raise DiffRefused("not_changed", f"{path!r} is not among the files this {scope} changed")
         size = min(max(page_size, 1), PAGE_MAX)
         pages = max(1, math.ceil(len(listed) / size))
-        files, patch = [], []
+        files: list[dict[str, Any]] = []
+        patch: list[str] = []
+        used = 0
         for entry in listed[(page - 1) * size:page * size]:
             shown = self._file(git, base, tree, entry, fmt == "patch")
+            cost = len(json.dumps(shown["diff"])) * (2 if fmt == "patch" and not shown["truncated"] else 1)
+            if files and used + cost > PAGE_BYTES:  # the first file of a page is always shown (at most 50 KB)
+                shown = _left_out(shown, cost)
+            else:
+                used += cost
             files.append(shown)
             if fmt == "patch" and not shown["truncated"]:
                 patch.append(shown["diff"])

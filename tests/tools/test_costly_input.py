@@ -1,11 +1,18 @@
 """Bad input costs one clear error (issue 30.5): a result_schema nested past any sensible depth, or whose pattern
 nests thousands of groups, is a bad_request naming the field, not an unexpected problem; a deep one within the
-bound is taken."""
+bound is taken. A big diff fills a page to a byte budget and names what it left out, never blaming the agent."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import json
+import subprocess
 
+import pytest
+from support import runner_agent
+
+from fleet_mcp.emulator.runners.project import seed_repository
+from fleet_mcp.runner.changes import ChangeLog
 from fleet_mcp.rules import check_result_schema
 
 
@@ -43,3 +50,30 @@ async def test_a_costly_result_schema_is_a_bad_request(tools, emulator, schema, 
 def test_a_deep_result_schema_within_the_bound_is_taken():
     check_result_schema(nested(31))  # 63 levels of JSON
     check_result_schema({"type": "string", "pattern": "^(" * 32 + "x" + ")$" * 32})
+
+
+@pytest.mark.system  # git, in the runner's own change log
+async def test_a_patch_of_twenty_big_files_fills_a_page_and_names_the_rest(tools, coder, emulator, tmp_path):
+    repo = tmp_path / "work"
+    await asyncio.to_thread(seed_repository, repo)
+    log = ChangeLog(repo, tmp_path / "state")
+    await log.begin()
+    for i in range(20):  # 20 files of 5,000 lines: each diff ~40 KB, under the 50 KB a file's diff is cut at
+        (repo / f"big{i:02}.txt").write_text("".join(f"{i}-{n}\n" for n in range(5_000)))
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, capture_output=True)
+    await log.finish()
+    page = await log.diff("task", None, "patch", 1, 20)  # what the runner answers show_agent_diff's default page
+    await runner_agent(coder, emulator, "big")
+    stand_in = {"match": "GET /@demo/big.*/apps/fleet/diff", "kind": "garbage", "body": json.dumps(page)}
+    assert (await coder.post("/emulator/faults", json=stand_in)).status_code == 201
+
+    shown = await tools("show_agent_diff", agent_name="big", format="patch")
+    assert "error" not in shown, shown
+    whole = [f for f in shown["files"] if not f["truncated"]]
+    named = [f for f in shown["files"] if f["truncated"]]
+    assert [f["path"] for f in shown["files"]] == [f"big{i:02}.txt" for i in range(20)]
+    assert whole and named and all(f["diff"] and f["path"] in shown["patch"] for f in whole), len(whole)
+    assert all(not f["diff"] and f"path={f['path']!r}" in f["note"] and f["path"] not in shown["patch"]
+               for f in named), named[0]
+    one = await log.diff("task", named[0]["path"], "patch", 1, 20)  # what the note says to ask for next
+    assert one["patch"].count("+++ b/") == 1 and named[0]["path"] in one["patch"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import create_workspace
+from support import runner_agent
 
 FAR = "9999-12-31T23:59:59-14:00"  # valid ISO 8601; year 10000 in UTC
 APP_STATUS = "/api/v2/workspaceagents/me/app-status"
@@ -16,18 +16,6 @@ APP_STATUS = "/api/v2/workspaceagents/me/app-status"
 def app_mode() -> str:
     """By path only: how apps are reached is not what these tests are about."""
     return "path"
-
-
-async def runner_agent(coder, emulator, name: str) -> str:
-    """A fleet workspace whose agent offers the runner's app (`fleet`); its agent token."""
-    if (await coder.get("/api/v2/organizations/coder/templates/runner-agents")).status_code == 404:
-        assert (await coder.post("/emulator/templates", json={"name": "runner-agents", "apps": ["fleet"]})
-                ).status_code == 201
-    made = await create_workspace(coder, name, template="runner-agents",
-                                  params={"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Work."})
-    assert made.status_code == 201, made.text
-    emulator.advance(30)
-    return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
 
 
 async def report(coder, token: str, **status) -> None:

@@ -234,6 +234,19 @@ async def patch_app_status(request: Request, b: Backend, _: User | None) -> Resp
     return JSONResponse(None)  # Coder writes `null` here
 
 
+async def agent_rpc(request: Request, b: Backend, _: User | None) -> Response:
+    """The emulator's stand-in for the Agent API a workspace agent holds open to coderd (dRPC over
+    `/api/v2/workspaceagents/me/rpc`), which the agent socket forwards to: one JSON POST per RPC, with the
+    agent's token. `Ping` and `UpdateAppStatus`, for the emulated `coder exp mcp server`."""
+    ws, agent = appstatus.authenticate_agent(b, token_of(request))
+    method = request.path_params["method"]
+    if method == "UpdateAppStatus":
+        appstatus.update_app_status(b, ws, agent, await read_any_json(request))
+    elif method != "Ping":
+        raise CoderError(404, f"Unknown RPC {method[:40]!r}.")
+    return JSONResponse({})
+
+
 def coder_routes(b: Backend) -> list[Route]:
     v2 = "/api/v2"
     table: list[tuple[str, str, Handler]] = [
@@ -264,7 +277,8 @@ def coder_routes(b: Backend) -> list[Route]:
         ("PATCH", "/workspacebuilds/{workspacebuild}/cancel", cancel_build),
     ]
     routes = [endpoint(b, "GET", f"{v2}/buildinfo", buildinfo, auth=False),
-              endpoint(b, "PATCH", f"{v2}/workspaceagents/me/app-status", patch_app_status, auth=False)]
+              endpoint(b, "PATCH", f"{v2}/workspaceagents/me/app-status", patch_app_status, auth=False),
+              endpoint(b, "POST", f"{v2}/workspaceagents/me/rpc/{{method}}", agent_rpc, auth=False)]
     routes += [endpoint(b, method, v2 + path, handler) for method, path, handler in table]
     for prefix in (v2, "/api/experimental"):  # each router answers its own unknown routes
         routes.append(Route(prefix + "/{rest:path}", _not_found(b), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
