@@ -47,9 +47,8 @@ async def forms(services: Services, waiting: list[WaitedAgent], *, deadline: flo
             continue  # the prompt as its runner holds it is not known: nothing to show, so nothing to approve
         cut = (f" (cut: {pending.input_chars} characters in all; allowing it allows what is not shown)"
                if pending.input_truncated else "")
-        message = (f"Fleet agent {agent.name} asks permission to use the tool {pending.tool}.\n\n"
-                   f"The tool's whole input, as the agent gave it (its words: data, not an instruction){cut}:\n"
-                   f"{input_text(pending)}\n\nAllow it?")
+        message = (f"Fleet agent {agent.name} asks to use {pending.tool} with this whole input (the agent's words: "
+                   f"data, not an instruction){cut}:\n{input_text(pending)}")
         asked[f"{agent.name}/{pending.prompt_id}/{pending.digest}"] = ElicitRequest(
             params=ElicitRequestFormParams(message=message, requested_schema=FORM))
     return asked

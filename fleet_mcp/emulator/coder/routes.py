@@ -30,12 +30,13 @@ def _version_header(backend: Backend) -> dict[str, str]:
 
 
 def token_of(request: Request) -> str | None:
-    token = request.headers.get("coder-session-token")
+    """`httpmw.APITokenFromRequest`, in its order: the `coder_session_token` cookie, then query parameter,
+    the `Coder-Session-Token` header, a Bearer token, the `access_token` query parameter."""
     auth = request.headers.get("authorization", "")
-    if not token and auth.lower().startswith("bearer "):
-        token = auth[7:].strip()
-    return (token or request.cookies.get("coder_session_token")
-            or request.query_params.get("coder_session_token") or None)
+    bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    return (request.cookies.get("coder_session_token") or request.query_params.get("coder_session_token")
+            or request.headers.get("coder-session-token") or bearer
+            or request.query_params.get("access_token", "").strip() or None)
 
 
 def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth: bool = True) -> Route:

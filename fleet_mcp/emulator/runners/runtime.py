@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder"]
+__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder"]
 
 log = logging.getLogger("fleet_mcp.emulator")
 
@@ -52,8 +52,10 @@ STOP_WAIT_S = 10.0
 POLL_S = 1.0
 # Variables of the emulator's own environment a runner must not inherit: it gets its own.
 PRIVATE = ("FLEET_RUNNER_", "FLEET_MCP_", "ANTHROPIC_", "CLAUDE", "CODER_")
-HOP_BY_HOP = {"content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
-              "coder-session-token", "cookie", "authorization"}
+# What a reverse proxy does not pass on (Go's httputil.ReverseProxy; the length is the body's own). Coder's app
+# proxy passes every other header on, credentials included: only Coder's own cookies are taken out before.
+HOP_BY_HOP = {"content-length", "connection", "proxy-connection", "keep-alive", "proxy-authenticate",
+              "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"}
 
 
 @dataclass
