@@ -142,8 +142,7 @@ class Conversation:
                 await asyncio.wait_for(client.interrupt(), INTERRUPT_AGAIN_S)
 
     def answer(self, allow: bool, message: str, prompt_id: str, digest: str, allow_truncated: bool = False) -> Pending:
-        """Allows or denies the pending tool call, only if it is `prompt_id` as its sender was shown it
-        (`digest`): an answer never lands on a prompt its sender did not see. The prompt answered."""
+        """Allows or denies the pending tool call, only as its sender was shown it (`Prompts.answer`)."""
         answered = self.prompts.answer(allow, message, prompt_id, digest, allow_truncated)
         self._set_state("working")
         return answered
