@@ -75,8 +75,12 @@ async def test_the_app_gets_every_header_cookie_and_query_but_coders_cookies(emu
 async def test_only_the_cookie_gets_through_stripped_to_nothing(emulator):
     async with listening(emulator) as client:
         r = await client.post(f"{HAND_MADE}/message", json={}, headers={"Cookie": f"coder_session_token={TOKEN}"})
-    assert r.status_code == 200, r.text  # a cookie alone authenticates a POST: CSRF is only for /api
-    assert TOKEN not in r.text and dict(r.json()["headers"])["cookie"] == ""  # Go adds the stripped header back
+        assert r.status_code == 200, r.text  # a cookie alone authenticates a POST: CSRF is only for /api
+        assert TOKEN not in r.text and dict(r.json()["headers"])["cookie"] == ""  # Go adds the stripped header back
+        await client.post("/emulator/reset", json={})
+        assert (await client.get("/emulator/app-listener")).json() == {"url": None}  # a reset forgets it
+        r = await client.get(f"{HAND_MADE}/status", headers={"Cookie": f"coder_session_token={TOKEN}"})
+    assert r.json()["status"] == "stable"  # AgentAPI itself again
 
 
 def cookie_for(form: str) -> str:
