@@ -77,9 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("--token", default="demo-token", help="session token of the demo user")
     emu.add_argument("--seed", default="demo", choices=["demo", "empty"],
                      help="demo: user demo, fleet templates and workspaces; empty: only org coder and user demo")
-    emu.add_argument("--agent-runtime", default="agentapi", choices=["agentapi", "runner"],
-                     help="behind fleet agents: a scripted Claude Code behind AgentAPI (app ccw), or a real "
-                          "`fleet-mcp runner` per workspace (app fleet; needs the runner extra)")
+    emu.add_argument("--agent-runtime", default=None, choices=["agentapi", "runner"],
+                     help="behind fleet agents: a real `fleet-mcp runner` per workspace (app fleet; the default "
+                          "with the runner extra), or a scripted Claude Code behind AgentAPI (app ccw; the default "
+                          "without it)")
     emu.add_argument("--anthropic-base-url", default=None,
                      help="the Messages API runners talk to (default: the emulator's scripted one)")
     emu.add_argument("--wildcard-access-url", default="", metavar="PATTERN",
@@ -103,12 +104,14 @@ def _parser() -> argparse.ArgumentParser:
 def _emulator(args: argparse.Namespace) -> int:
     from .emulator.app import REAL_TIME, Emulator, bind, serve
 
-    if args.agent_runtime == "runner" and importlib.util.find_spec("claude_agent_sdk") is None:
+    runner_installed = importlib.util.find_spec("claude_agent_sdk") is not None
+    runtime = args.agent_runtime or ("runner" if runner_installed else "agentapi")
+    if runtime == "runner" and not runner_installed:
         print("fleet-mcp emulator: --agent-runtime runner needs claude-agent-sdk; install coder-fleet-mcp[runner]",
               file=sys.stderr)
         return 2
     emulator = Emulator(token=args.token, virtual=False, timings=REAL_TIME, seed=args.seed,
-                        agent_runtime=args.agent_runtime, anthropic_base_url=args.anthropic_base_url)
+                        agent_runtime=runtime, anthropic_base_url=args.anthropic_base_url)
     emulator.backend.wildcard_hostname = args.wildcard_access_url
     emulator.backend.disable_path_apps = args.disable_path_apps
     try:

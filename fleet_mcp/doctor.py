@@ -112,7 +112,7 @@ class Report:
             if p.complete:
                 out.append(f"  {_OK} {p.title}: complete" + (f"; {shown}" if shown else ""))
             else:
-                out.append(f"  {_FAIL} {p.title}: lacks" + (f" ({shown})" if shown else ""))
+                out.append(f"  {_FAIL} {p.title}: incomplete" + (f"; {shown}" if shown else ""))
                 out += [f"         - {lack}" for lack in p.lacks]
             out += [f"         ! {warning}" for warning in p.warnings]
         if any(p.driver == RUNNER for p in self.projects):
@@ -154,7 +154,7 @@ async def diagnose(client: CoderClient, settings: Settings, where: str = "") -> 
                                                          client.app_host())
     slugs = {RUNNER: settings.runner_app_slug, AGENTAPI: settings.agentapi_app_slug}
     checks, refused, sample, unreachable = await asyncio.gather(
-        asyncio.gather(*(_check(client, t, slugs) for t in templates)), client.path_apps_refused(me.username),
+        asyncio.gather(*(_check(client, t, slugs) for t in templates)), client.path_apps_refused(),
         client.workspaces(FLEET_QUERY, limit=1),
         client.app_host_unreachable(me.username) if wildcard else asyncio.sleep(0, None))
     projects = [c for c, fleet in checks if fleet]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import pydantic
@@ -25,7 +25,7 @@ from .coder import errors as ce
 from .coder import netcause
 
 __all__ = [
-    "Envelope", "ErrorCode", "FleetError", "bad_request", "conflict", "from_coder", "guarded", "not_found",
+    "FORMS", "Envelope", "ErrorCode", "FleetError", "bad_request", "conflict", "from_coder", "guarded", "not_found",
     "unavailable", "unexpected",
 ]
 
@@ -128,8 +128,12 @@ class Envelope(Middleware):
 
     The model sees `bad_request` naming the fields the schema refused (never
     echoing their values) and the tools there are when it names another; an
-    unexpected fault is logged by type only.
+    unexpected fault is logged by type only. A tool `withheld` (a write tool of a read-only server) is
+    refused saying so, not as one that does not exist.
     """
+
+    def __init__(self, withheld: Collection[str] = ()) -> None:
+        self.withheld = frozenset(withheld)
 
     async def on_call_tool(self, context: MiddlewareContext, call_next: CallNext) -> Any:
         try:
@@ -142,6 +146,10 @@ class Envelope(Middleware):
             server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
             tools = sorted(t.name for t in await server.list_tools()) if server else []
             name = str(getattr(context.message, "name", ""))[:80]
+            if name in self.withheld:
+                raise bad_request(f"{name} changes the fleet, and this server is read-only (--read-only, "
+                                  "FLEET_MCP_READ_ONLY): it serves only the tools that read.", tools=tools,
+                                  read_only=True) from None
             raise bad_request(f"No tool named {name!r}.", tools=tools) from None
         except ToolError:
             raise
@@ -155,7 +163,8 @@ def _invalid_arguments(exc: ArgumentsError) -> FleetError:
     errors = cause.errors(include_input=False, include_url=False) if isinstance(cause, pydantic.ValidationError) else []
     said: dict[str, list[str]] = {}  # per parameter: what pydantic said of each shape it may take
     for e in errors:
-        said.setdefault(_field(e["loc"]), []).append(_problem(e["msg"]))
+        pattern = (e.get("ctx") or {}).get("pattern") if e["type"] == "string_pattern_mismatch" else None
+        said.setdefault(_field(e["loc"]), []).append(FORMS.get(pattern, _NO_FORM) if pattern else _problem(e["msg"]))
     # A list that got as far as its items: what is wrong is the item, not that it is no single value.
     within = {field.split("[")[0] for field in said if "[" in field}
     problems = [{"field": field, "problem": _either(texts)} for field, texts in said.items() if field not in within]
@@ -175,6 +184,13 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return str(loc[0]) + "".join(f"[{part}]" for part in loc[1:] if isinstance(part, int))
 
 
+# The patterns of the tools' schemas, as a person says them: a caller is never quoted a regular expression.
+FORMS = {
+    r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$": "should be letters, digits and single hyphens, starting and ending with "
+                                         "a letter or digit",
+    r"^(allow|deny|[0-9]{1,2})$": "should be allow, deny, or the number of a choice, 0 to 99",
+}
+_NO_FORM = "is not in the form the tool's description gives"
 _KINDS = {"a valid integer": "a whole number", "a valid number": "a number", "a valid list": "a list",
           "a valid string": "text", "a valid boolean": "true or false", "a valid dictionary": "an object"}
 _SAID = {"Missing required argument": "is missing", "Field required": "is missing",

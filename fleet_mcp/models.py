@@ -103,6 +103,8 @@ class AgentSummary(StatusFacts):
     project: str
     last_activity_at: str | None = Field(default=None, description="When the agent last reported work, or its "
                                                                    "workspace last changed")
+    problem: str | None = Field(default=None, description="Why this agent's status could not be read, when it "
+                                                          "could not (status unknown)")
 
 
 class AgentList(BaseModel):
@@ -190,6 +192,8 @@ class WaitedAgent(BaseModel):
     last_turn: LastTurn | None = None
     last_turn_error: str | None = None
     pending: PendingPrompt | None = None
+    problem: str | None = Field(default=None, description="Why this agent's status could not be read, when it "
+                                                          "could not (status unknown)")
 
 
 class WaitResult(BaseModel):

@@ -1,5 +1,5 @@
 """The tool table: each tool with its title, hints and deadline; registering it on a server; and the
-server's instructions, which describe the tools served to the calling model.
+server's instructions, the workflow the calling model follows with the tools served.
 
 `register` adds every tool of `TOOLS` to a FastMCP server within its deadline, each failure answered as
 the contract's error envelope (`errors.guarded`).
@@ -123,14 +123,32 @@ def register(mcp: FastMCP, *, read_only: bool = False) -> list[ToolSpec]:
     return [spec for spec in TOOLS if spec.reads_only or not read_only]
 
 
+WORKFLOW = (
+    "Hand whole pieces of work to Claude Code agents, each in its own Coder workspace, and keep working meanwhile.",
+    "- Start: list_agent_projects (list_agent_roles), then create_agent with a short name and a spec saying the "
+    "objective, the context and what to deliver. One agent per independent piece.",
+    "- Wait, never poll: wait_for_agents with every name and until=[\"idle\", \"needs_input\"]; on timeout, call "
+    "it again.",
+    "- needs_input: show_agent names the pending prompt; answer_agent with its prompt_id, allow or deny (deny "
+    "anything destructive or outside the task).",
+    "- idle: get_agent_result, and review (show_agent_diff, show_agent_log) before trusting it. Follow up with "
+    "start_agent_task; cancel_agent_task stops a task going wrong.",
+    "- Best of N: create N agents with one spec, wait for all, compare them with show_agents, take the best "
+    "(show_agent_diff format=patch), delete the rest.",
+    "- Done: delete_agent (stop_agent pauses, start_agent resumes).",
+)
+WATCHING = (
+    "This server is read-only: it watches a fleet of Claude Code agents, each in its own Coder workspace, and cannot "
+    "create, task, answer or delete them.",
+    "- list_agents for the fleet; show_agent or show_agents for details; wait_for_agents instead of polling.",
+    "- get_agent_result, show_agent_diff and show_agent_log for what an agent did.",
+)
+ERRORS = "Errors are JSON objects {error, message, details}; `unavailable` with details.retry_after_s: retry then."
+
+
 def instructions(served: Sequence[ToolSpec], *, read_only: bool = False) -> str:
-    """The server's instructions: what it is for, then each served tool with its description's first sentence."""
-    lines = ["Run a fleet of Claude Code agents, each in its own Coder workspace."]
-    if read_only:
-        lines.append("This server is read-only: it watches the fleet but cannot create, task or delete agents.")
-    lines.append("Tools:")
-    for spec in served:
-        text = " ".join((spec.fn.__doc__ or "").split())
-        lines.append(f"- {spec.name}: {text.split('. ')[0].rstrip('.')}.")
-    lines.append("Errors are JSON objects {error, message, details}.")
-    return "\n".join(lines)
+    """The server's instructions: the workflow (what to call when), naming only the tools `served`. Clients put
+    them in every turn of the calling model, so they stay short; each tool's own description says the rest."""
+    names = {spec.name for spec in served}
+    lines = WATCHING if read_only or not {"create_agent", "start_agent_task"} <= names else WORKFLOW
+    return "\n".join([*lines, ERRORS])

@@ -11,8 +11,8 @@ from .errors import FleetError
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_PATTERN", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
-    "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_MAX", "SPEC", "TASK", "check_name",
-    "check_result_schema", "check_text", "iso", "paginate", "valid_name",
+    "PATTERN_DEPTH", "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_DEPTH", "SCHEMA_MAX", "SPEC", "TASK",
+    "check_name", "check_result_schema", "check_text", "iso", "paginate", "valid_name",
 ]
 
 NAME_PATTERN = r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$"  # Coder's rule, as the tools' JSON Schema states it
@@ -36,11 +36,19 @@ FLEET_QUERY = f"owner:me param:{MANAGED}=true"
 PR_LINK = re.compile(r"https?://\S+/(pull|pulls|merge_requests|pull-requests)/\d+")
 BUILD_ACTIVE = ("pending", "running", "canceling")
 SCHEMA_MAX = 16_384  # bytes of a result_schema as JSON (the runner holds the same limit)
+SCHEMA_DEPTH = 64  # levels of objects and lists in a result_schema (an object property is two): real ones use a few
+PATTERN_DEPTH = 32  # nested groups in one of its patterns
 
 
 def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with `Z`, whatever offset Coder sent."""
-    return dt.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z" if dt else None
+    """ISO 8601 in UTC with `Z`, whatever offset Coder sent; a time past what UTC holds, its last second."""
+    if dt is None:
+        return None
+    try:
+        utc = dt.astimezone(UTC)
+    except OverflowError:  # an agent's own time, late on 9999-12-31 west of UTC or early on 0001-01-01 east
+        utc = datetime.max if dt.year > 1 else datetime.min
+    return utc.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def valid_name(name: str, most: int = MAX_WORKSPACE_NAME) -> bool:
@@ -75,23 +83,81 @@ def check_text(field: str, text: str) -> None:
 
 
 def check_result_schema(schema: object) -> None:
-    """A result_schema must be a JSON Schema object of at most SCHEMA_MAX bytes (as JSON)."""
+    """A result_schema must be a JSON Schema object of at most SCHEMA_MAX bytes (as JSON), nested at most
+    SCHEMA_DEPTH deep, its patterns' groups at most PATTERN_DEPTH deep: checked before any recursive reader
+    (json, jsonschema, re) walks it, so a costly one is a `bad_request`, never a fault."""
     import json
 
     import jsonschema  # here: only a typed task pays its import
 
     if not isinstance(schema, dict):
-        raise FleetError("bad_request", "result_schema must be a JSON Schema object, e.g. {\"type\": \"object\", "
-                         "\"properties\": {...}}.", {"field": "result_schema"})
+        raise _bad_schema("result_schema must be a JSON Schema object, e.g. {\"type\": \"object\", \"properties\": "
+                          "{...}}.")
+    depth, patterns = _shape(schema)
+    if depth > SCHEMA_DEPTH:
+        raise _bad_schema(f"result_schema nests objects and lists more than {SCHEMA_DEPTH} levels deep; at most "
+                          f"{SCHEMA_DEPTH} are allowed.", max_depth=SCHEMA_DEPTH)
+    if (deepest := max(map(_group_depth, patterns), default=0)) > PATTERN_DEPTH:
+        raise _bad_schema(f"result_schema has a pattern nesting {deepest} groups; at most {PATTERN_DEPTH} are "
+                          "allowed.", max_depth=PATTERN_DEPTH)
     size = len(json.dumps(schema, ensure_ascii=False).encode())
     if size > SCHEMA_MAX:
-        raise FleetError("bad_request", f"result_schema is {size} bytes as JSON; at most {SCHEMA_MAX} are allowed.",
-                         {"field": "result_schema", "max_bytes": SCHEMA_MAX})
+        raise _bad_schema(f"result_schema is {size} bytes as JSON; at most {SCHEMA_MAX} are allowed.",
+                          max_bytes=SCHEMA_MAX)
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
-        raise FleetError("bad_request", f"result_schema is not a valid JSON Schema: {exc.message[:300]}",
-                         {"field": "result_schema"}) from None
+        raise _bad_schema(f"result_schema is not a valid JSON Schema: {exc.message[:300]}") from None
+    except RecursionError:  # a shape within the bounds above that still outruns a reader's stack
+        raise _bad_schema("result_schema is nested too deeply to be read.") from None
+
+
+def _bad_schema(message: str, **details: object) -> FleetError:
+    return FleetError("bad_request", message, {"field": "result_schema", **details})
+
+
+def _shape(value: object) -> tuple[int, list[str]]:
+    """(how deep objects and lists nest in `value`, the strings under `pattern` or `patternProperties`), walked
+    without recursion: no depth can outrun the stack here."""
+    deepest, patterns = 0, []
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, depth)
+            for key, inner in item.items():
+                if key == "pattern" and isinstance(inner, str):
+                    patterns.append(inner)
+                elif key == "patternProperties" and isinstance(inner, dict):
+                    patterns.extend(k for k in inner if isinstance(k, str))
+                if depth <= SCHEMA_DEPTH:  # past it the answer is known: no need to walk on
+                    stack.append((inner, depth + 1))
+        elif isinstance(item, list):
+            deepest = max(deepest, depth)
+            if depth <= SCHEMA_DEPTH:
+                stack.extend((inner, depth + 1) for inner in item)
+    return deepest, patterns
+
+
+def _group_depth(pattern: str) -> int:
+    """How deep a regular expression's groups nest (escaped and bracketed parentheses aside)."""
+    depth = deepest = 0
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def paginate(total: int, page: int, page_size: int) -> tuple[int, int, int, int]:

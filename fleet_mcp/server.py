@@ -18,7 +18,8 @@ from . import __version__
 from .settings import Settings
 from .serving.users import CoderTokens, Services, Users
 from .errors import Envelope
-from .registry import instructions, register
+from .registry import TOOLS, instructions, register
+from .serving.tasks import FleetTasks
 
 __all__ = ["build_server"]
 
@@ -37,7 +38,8 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
     `settings.read_only` only the tools that change nothing are served. `stopping`, set by the serving loop
     when the server begins to stop, ends the waits in flight.
     """
-    middleware: list[Middleware] = [Envelope()]
+    withheld = [spec.name for spec in TOOLS if not spec.reads_only] if settings.read_only else []
+    middleware: list[Middleware] = [Envelope(withheld)]
     audit = None
     if settings.audit_log is not None:
         from .serving.audit import AuditLog
@@ -71,4 +73,6 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
     mcp = FastMCP("fleet-mcp", version=__version__, lifespan=open_client, middleware=middleware,
                   auth=CoderTokens(users) if users is not None else None)
     mcp.instructions = instructions(register(mcp, read_only=settings.read_only), read_only=settings.read_only)
+    if settings.tasks != "off":
+        mcp.add_extension(FleetTasks(settings.tasks, settings.wait_poll_interval_s))
     return mcp

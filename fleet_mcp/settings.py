@@ -79,14 +79,9 @@ class Settings(BaseSettings):
         default=20.0, ge=0,
         description="total time reads may spend retrying (writes are never retried)",
     )
-    cancel_wait_s: float = Field(
-        default=10.0, ge=0,
-        description="how long `cancel_agent_task` waits for the agent to stop",
-    )
-    delete_wait_s: float = Field(
-        default=60.0, ge=0,
-        description="how long `delete_agent` waits for a build it may not cancel",
-    )
+    cancel_wait_s: float = Field(default=10.0, ge=0, description="how long `cancel_agent_task` waits for the agent")
+    delete_wait_s: float = Field(default=60.0, ge=0, description="how long `delete_agent` waits on a build it may not "
+                                                                  "cancel")
     poll_interval_s: float = Field(default=0.5, gt=0, description="pause between polls while waiting")
     agent_error_wait_s: float = Field(
         default=1.0, ge=0,
@@ -136,6 +131,10 @@ class Settings(BaseSettings):
         default=5.0, gt=0,
         description="`wait_for_agents`: a progress notification at least this often (clients abort silent calls)",
     )
+    tasks: Literal["human", "model", "off"] = Field(default="human", description=(
+        "clients that declare MCP Tasks (interactive Claude Code): `wait_for_agents` and `start_agent_task` go on in "
+        "the background and wake the model when done; `human`: an agent's permission prompt is asked of the user in "
+        "the client's dialog, `model`: it ends the wait as before; `off`: every call blocks, as for other clients"))
     # Serving over HTTP (FLEET_MCP_AUTH_TOKEN, FLEET_MCP_ALLOWED_HOSTS) and the audit log (FLEET_MCP_AUDIT_LOG).
     auth_token: SecretStr | None = Field(
         default=None,
@@ -207,7 +206,7 @@ class Settings(BaseSettings):
         description=(
             "`token`: the server acts as the one user of `CODER_SESSION_TOKEN`; `coder` (HTTP only): each request "
             "carries the caller's own Coder token as `Authorization: Bearer`, and every Coder request of that call is "
-            "made with it (see [Run it for a team](#run-it-for-a-team))"
+            "made with it (see [Run it for a team](team.md#run-it-for-a-team))"
         ),
     )
     auth_cache_s: float = Field(
@@ -251,7 +250,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO",
         description="what the server logs on stderr: `DEBUG`, `INFO`, `WARNING` or `ERROR` (any case; see "
-                    "[Logs](#logs))",
+                    "[Logs](../README.md#logs))",
     )
 
     @field_validator("coder_url")

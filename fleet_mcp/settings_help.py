@@ -1,6 +1,6 @@
 """The settings as people meet them: each one's environment variable, default and meaning.
 
-`fleet-mcp --help`, the README's settings table (`scripts/settings_table.py`) and the start-up errors that
+`fleet-mcp --help`, the settings table of docs/settings.md (`scripts/settings_table.py`) and the start-up errors that
 name a setting all read them from here, made from the `Settings` fields, so they cannot drift from the code.
 """
 
@@ -27,7 +27,7 @@ def env_name(field: str) -> str:
 
 def documented() -> list[tuple[str, str, str]]:
     """Each setting as its documentation shows it: (environment variable, default, meaning), in field order.
-    The README's table (`scripts/settings_table.py`) and `fleet-mcp --help` are both made from it."""
+    The table of docs/settings.md (`scripts/settings_table.py`) and `fleet-mcp --help` are both made from it."""
     rows = []
     for name, info in Settings.model_fields.items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}

@@ -16,6 +16,7 @@ from fastmcp.dependencies import CurrentContext, Depends
 from pydantic import Field
 
 from .fleet.agents import Fleet
+from .fleet.background import Watch, offered
 from .fleet.lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
 from .models import (
     AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
@@ -159,7 +160,10 @@ async def start_agent_task(
 ) -> TaskResult:
     """Give an agent its next task. While it is busy: refused with `conflict` (the default), queued, or sent
     after interrupting the running turn, as `if_busy` says."""
-    return await turns.start(agent_name, task_description, if_busy, result_schema, deadline=deadline)
+    started = await turns.start(agent_name, task_description, if_busy, result_schema, deadline=deadline)
+    if (handover := offered.get()) is not None:  # the caller takes tasks: woken when the turn is over
+        handover.watch = Watch.turn(agent_name, needs_input=turns.fleet.settings.tasks == "model", said=started.message)
+    return started
 
 
 async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_of),
@@ -213,9 +217,9 @@ async def show_agent_diff(
     turns: Turns = Depends(turns_of),
     deadline: float | None = None,
 ) -> AgentDiff:
-    """The diff of a runner agent's work in its repository, by file: committed, uncommitted and new files
-    against where its last task (or the agent) started. Each file's diff is cut at 50,000 bytes
-    (`truncated`); binary files are named, not dumped."""
+    """A runner agent's changes, committed or not, since its last task (or the agent) started, by file. A
+    file's diff stops at 50,000 bytes, a page at 640 KB: what is left out is `truncated` with a note (ask
+    by `path`); binaries are named only."""
     return await turns.diff(agent_name, scope, path, format, page, page_size, deadline=deadline)
 
 

@@ -1,7 +1,7 @@
-"""Write the README's settings table from the `Settings` fields (their descriptions and defaults).
+"""Write the settings table (docs/settings.md) from the `Settings` fields (their descriptions and defaults).
 
-    python scripts/settings_table.py          # rewrite the table in README.md
-    python scripts/settings_table.py --check  # exit 1 when README.md is stale
+    python scripts/settings_table.py          # rewrite the table in docs/settings.md
+    python scripts/settings_table.py --check  # exit 1 when docs/settings.md is stale
 
 The table sits between `<!-- settings:start -->` and `<!-- settings:end -->`;
 `fleet-mcp --help` lists the same settings (`fleet_mcp.settings_help.documented`).
@@ -14,10 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tool_reference import main as rewrite  # a sibling script, found through the path above
-from tool_reference import updated
+from tool_reference import DOCS, updated
 
 START, END = "<!-- settings:start -->", "<!-- settings:end -->"
-__all__ = ["END", "START", "main", "render", "updated"]
+SETTINGS = DOCS / "settings.md"
+__all__ = ["END", "SETTINGS", "START", "main", "render", "updated"]
 
 
 def render() -> str:
@@ -29,7 +30,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    return rewrite(argv, render(), START, END, "scripts/settings_table.py")
+    return rewrite(argv, render(), START, END, "scripts/settings_table.py", SETTINGS)
 
 
 if __name__ == "__main__":

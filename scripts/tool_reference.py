@@ -1,7 +1,7 @@
-"""Write the README's tool reference from the tools themselves.
+"""Write the tool reference (docs/tools.md) from the tools themselves.
 
-    python scripts/tool_reference.py          # rewrite the section in README.md
-    python scripts/tool_reference.py --check  # exit 1 when README.md is stale
+    python scripts/tool_reference.py          # rewrite the section in docs/tools.md
+    python scripts/tool_reference.py --check  # exit 1 when docs/tools.md is stale
 
 The section sits between `<!-- tools:start -->` and `<!-- tools:end -->`.
 """
@@ -12,7 +12,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+TOOLS = DOCS / "tools.md"
 START, END = "<!-- tools:start -->", "<!-- tools:end -->"
 
 
@@ -44,7 +45,7 @@ async def render() -> str:
     for tool in await server.list_tools():
         params = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required", []))
-        lines += [f"### `{tool.name}` — {tool.title}", "", f"*{_hints(tool.annotations)}*", "",
+        lines += [f"## `{tool.name}` — {tool.title}", "", f"*{_hints(tool.annotations)}*", "",
                   " ".join(line.strip() for line in (tool.description or "").splitlines()), ""]
         if params:
             lines += ["| parameter | type | required | description |", "|---|---|---|---|"]
@@ -58,26 +59,27 @@ async def render() -> str:
 
 
 def updated(readme: str, reference: str, start: str = START, end: str = END) -> str:
-    """`readme` with the section between `start` and `end` replaced by `reference`."""
+    """`readme` (a document) with the section between `start` and `end` replaced by `reference`."""
     head, _, rest = readme.partition(start)
     _, _, tail = rest.partition(end)
     return f"{head}{start}\n\n{reference}\n{end}{tail}"
 
 
 def main(argv: list[str], reference: str | None = None, start: str = START, end: str = END,
-         script: str = "scripts/tool_reference.py") -> int:
-    """Rewrite README.md's section (`--check`: exit 1 when it is stale); scripts/settings_table.py uses it too."""
-    readme = README.read_text()
-    if start not in readme or end not in readme:
-        print(f"README.md lacks the {start} / {end} markers", file=sys.stderr)
+         script: str = "scripts/tool_reference.py", target: Path = TOOLS) -> int:
+    """Rewrite `target`'s section (`--check`: exit 1 when it is stale); scripts/settings_table.py uses it too."""
+    text = target.read_text()
+    name = target.relative_to(DOCS.parent)
+    if start not in text or end not in text:
+        print(f"{name} lacks the {start} / {end} markers", file=sys.stderr)
         return 1
-    fresh = updated(readme, reference if reference is not None else asyncio.run(render()), start, end)
+    fresh = updated(text, reference if reference is not None else asyncio.run(render()), start, end)
     if "--check" in argv:
-        if fresh != readme:
-            print(f"README.md's section {start} is stale: run python {script}", file=sys.stderr)
+        if fresh != text:
+            print(f"{name}'s section {start} is stale: run python {script}", file=sys.stderr)
             return 1
         return 0
-    README.write_text(fresh)
+    target.write_text(fresh)
     return 0
 
 

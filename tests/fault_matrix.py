@@ -135,12 +135,13 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     "api-garbage-x2": (Fault((rule(API, "garbage", count=2),), profile="burst"), ALL_OK),
     "api-stall-x1": (Fault((rule(API, "stall", count=1),), profile="slow"), ALL_OK),
     "api-latency": (Fault((rule(API_ANY, "latency", seconds=0.02),)), ALL_OK),
-    # Bounded bursts on AgentAPI through the app proxy: retried too, except 502 (the app is unreachable).
+    # Bounded bursts on AgentAPI through the app proxy: retried too, except 502 (the app is unreachable) and a
+    # complete answer that is not JSON (the app's own, not Coder down: the agent is offline at once, issue 30.3).
     **{f"proxy-{code}x2": (Fault((status(PROXY, code, 2),), profile="burst"), ALL_OK) for code in (500, 503, 504)},
     "proxy-502x2": (Fault((status(PROXY, 502, 2),)), OFFLINE),
     "proxy-drop-x2": (Fault((rule(PROXY, "drop", count=2),), profile="burst"), ALL_OK),
-    "proxy-truncate-x2": (Fault((rule(PROXY, "truncate", count=2),), profile="burst"), ALL_OK),
-    "proxy-garbage-x2": (Fault((rule(PROXY, "garbage", count=2),), profile="burst"), ALL_OK),
+    "proxy-truncate-x2": (Fault((rule(PROXY, "truncate", count=2),)), OFFLINE),
+    "proxy-garbage-x2": (Fault((rule(PROXY, "garbage", count=2),)), OFFLINE),
     # Coder down for good: unavailable everywhere once the retry budget is spent.
     **{f"api-{code}-persistent": (Fault((status(API_ANY, code),)), ALL_UNAV) for code in (500, 502, 503, 504, 429)},
     "api-drop-persistent": (Fault((rule(API_ANY, "drop"),)), ALL_UNAV),
@@ -151,8 +152,8 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     # AgentAPI failing for good: the tools that need it say unavailable, the rest never ask it.
     **{f"proxy-{code}-persistent": (Fault((status(PROXY_ANY, code),)), PROXY_DOWN) for code in (500, 503, 504)},
     "proxy-drop-persistent": (Fault((rule(PROXY_ANY, "drop"),)), PROXY_DOWN),
-    "proxy-truncate-persistent": (Fault((rule(PROXY_ANY, "truncate"),)), PROXY_DOWN),
-    "proxy-garbage-persistent": (Fault((rule(PROXY_ANY, "garbage"),)), PROXY_DOWN),
+    "proxy-truncate-persistent": (Fault((rule(PROXY_ANY, "truncate"),)), OFFLINE),
+    "proxy-garbage-persistent": (Fault((rule(PROXY_ANY, "garbage"),)), OFFLINE),
     "proxy-stall-persistent": (Fault((rule(PROXY_ANY, "stall"),)), PROXY_DOWN),
     # One failed write: never repeated, answered at once; reads send no write at all.
     **{f"write-{code}": (Fault((status(WRITES, code, 1),)), WRITE_FAILS) for code in (500, 503, 504, 429)},

@@ -134,8 +134,10 @@ class Emulated:
 
 @contextmanager
 def emulator_process(*args: str, stderr: IO[str] | int = subprocess.DEVNULL) -> Iterator[Emulated]:
-    """`fleet-mcp emulator --port 0 *args` (real time), serving before this yields; stopped after."""
-    proc = subprocess.Popen([*fleet_command(), "emulator", "--port", "0", *args], stdout=subprocess.PIPE,
+    """`fleet-mcp emulator --port 0 *args` (real time; AgentAPI agents unless `args` say `--agent-runtime runner`),
+    serving before this yields; stopped after."""
+    proc = subprocess.Popen([*fleet_command(), "emulator", "--port", "0", "--agent-runtime", "agentapi", *args],
+                            stdout=subprocess.PIPE,
                             stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=clean_env())
     try:
         found = Lines(proc.stdout).settings(2)

@@ -38,7 +38,7 @@ RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as
 
 @asynccontextmanager
 async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: str | None = None,
-                       **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
+                       extensions=None, **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
     """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner (talking to
     `anthropic_base_url`, else the emulator's own scripted model); with `app_mode="subdomain"` the emulator
     refuses path apps, and the fleet reaches the runners' app hosts (which no DNS knows) through
@@ -53,12 +53,12 @@ async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: 
                                                            timeout=30) as coder:
         if app_mode == "subdomain":
             settings["connect_to"] = f"*.{APP_HOST}=127.0.0.1:{httpx.URL(url).port}"
-        async with fleet_server(conformance, url, **settings) as tools:
+        async with fleet_server(conformance, url, extensions, **settings) as tools:
             yield tools, coder
 
 
 @asynccontextmanager
-async def fleet_server(conformance, url: str, **settings) -> AsyncIterator[Tools]:
+async def fleet_server(conformance, url: str, extensions=None, **settings) -> AsyncIterator[Tools]:
     """The fleet's tools, served by a server of its own with these settings, on the Coder at `url` (another
     replica, or another server on the same Coder)."""
     from fastmcp import Client
@@ -68,7 +68,7 @@ async def fleet_server(conformance, url: str, **settings) -> AsyncIterator[Tools
     transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
     server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
                                          cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
-    async with Client(server) as client:
+    async with Client(server, extensions=extensions) as client:
         yield Tools(client)
 
 

@@ -76,6 +76,19 @@ async def create_workspace(coder: httpx.AsyncClient, name: str, template: str = 
     return await coder.post("/api/v2/users/me/workspaces", json=body)
 
 
+async def runner_agent(coder: httpx.AsyncClient, emulator: Emulator, name: str) -> str:
+    """A fleet workspace, up, whose agent offers the runner's app (`fleet`) with nothing behind it (a test's
+    fault rules stand in for the runner); its workspace agent's token."""
+    if (await coder.get("/api/v2/organizations/coder/templates/runner-agents")).status_code == 404:
+        assert (await coder.post("/emulator/templates", json={"name": "runner-agents", "apps": ["fleet"]})
+                ).status_code == 201
+    made = await create_workspace(coder, name, template="runner-agents",
+                                  params={"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Work."})
+    assert made.status_code == 201, made.text
+    emulator.advance(30)
+    return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+
+
 def dumps(value) -> str:
     return json.dumps(value, indent=1)[:2000]
 
@@ -130,3 +143,73 @@ def http_tools(url: str, token: str):
     from fastmcp.client.transports import StreamableHttpTransport
 
     return Client(StreamableHttpTransport(url, headers={"Authorization": f"Bearer {token}"}))
+
+
+# --- a client that declares MCP Tasks (as interactive Claude Code does) ---------------------------------
+
+class TasksClient:
+    """The tasks extension as a client runs it: a `tools/call` answered `resultType: "task"` is polled with
+    `tasks/get` until it is over (its result then answers the call); an `input_required` poll is answered with
+    `tasks/update`, each form by `answer(key, params)` (an `ElicitResult`). Records what it saw."""
+
+    def __init__(self, answer=None, pause_s: float = 0.01) -> None:
+        self.answer = answer
+        self.pause_s = pause_s
+        self.created: list[dict] = []  # the task answers of tools/call
+        self.polls: list[dict] = []  # every tasks/get answer
+
+    def extension(self):
+        from typing import Literal
+
+        from mcp.client.extension import ClientExtension, ResultClaim
+        from mcp_types import Result
+        from pydantic import ConfigDict
+
+        class Created(Result):
+            model_config = ConfigDict(extra="allow")
+            result_type: Literal["task"]
+            task_id: str
+            status: str
+
+        outer = self
+
+        class Extension(ClientExtension):
+            identifier = "io.modelcontextprotocol/tasks"
+
+            def claims(self):
+                return [ResultClaim(result_type="task", model=Created, resolve=outer._resolve)]
+
+        return Extension()
+
+    async def request(self, session, method: str, params: dict) -> dict:
+        """A raw tasks/* request on `session`; its answer as a dict."""
+        from typing import Any, Literal
+
+        from mcp_types import Request, RequestParams
+        from pydantic import ConfigDict, TypeAdapter
+
+        class Params(RequestParams):
+            model_config = ConfigDict(extra="allow")
+
+        class Raw(Request[Params, Literal[method]]):  # type: ignore[valid-type]
+            name_param = "taskId"
+
+        return await session.send_request(Raw(method=method, params=Params(**params)), TypeAdapter(dict[str, Any]))
+
+    async def _resolve(self, created, ctx):
+        import asyncio
+
+        from mcp_types import CallToolResult
+
+        self.created.append(created.model_dump(by_alias=True, mode="json"))
+        while True:
+            await asyncio.sleep(self.pause_s)
+            state = await self.request(ctx.session, "tasks/get", {"taskId": created.task_id})
+            self.polls.append(state)
+            if state["status"] == "completed":
+                return CallToolResult.model_validate(state["result"])
+            if state["status"] in ("failed", "cancelled"):
+                raise AssertionError(f"task ended {state['status']}: {state}")
+            if state["status"] == "input_required":
+                answers = {key: self.answer(key, asked["params"]) for key, asked in state["inputRequests"].items()}
+                await self.request(ctx.session, "tasks/update", {"taskId": created.task_id, "inputResponses": answers})

@@ -5,7 +5,8 @@ Subdomain form: `{slug}--{agent}--{workspace}--{owner}` put in place of the `*`
 of the wildcard app host Coder reports (`GET /api/v2/applications/host`, with
 the access URL's port), on Coder's scheme (coderd/workspaceapps/appurl). An app
 goes by subdomain when its template declares `subdomain = true` (and Coder has
-a wildcard host), or once Coder has refused a path app (`--disable-path-apps`).
+a wildcard host), or once Coder itself has said it refuses path apps (`--disable-path-apps`): an app's
+answer saying so is only asked again of Coder, never believed (any agent can answer that page).
 
 `ConnectTo` is curl's `--connect-to` for operators whose wildcard DNS is not
 ready: `FLEET_MCP_CONNECT_TO='*.apps.example.com=10.0.0.5:443'` sends requests
@@ -68,7 +69,7 @@ class App:
 
 class AppHosting:
     """What one Coder deployment allows for apps: its wildcard app host (asked once) and whether it
-    refuses path apps (learned from its 403, which it says no other way to a non-admin)."""
+    refuses path apps (learned from Coder's own 403 to a path no app answers: `CoderClient.path_apps_refused`)."""
 
     def __init__(self, coder_url: str) -> None:
         self.scheme = httpx.URL(coder_url).scheme or "https"

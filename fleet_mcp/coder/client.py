@@ -17,7 +17,7 @@ from httpx_sse import ServerSentEvent
 from fleet_mcp.coder import bounded
 from fleet_mcp.coder.apps import App, AppHosting, ConnectTo, _seg, app_proxy_path
 from fleet_mcp.coder.bounded import Limit
-from fleet_mcp.coder.errors import CoderError, PathAppsDisabled
+from fleet_mcp.coder.errors import AppUnavailable, CoderError, PathAppsDisabled, Unavailable
 from fleet_mcp.coder.exchange import Exchange, Headers, collection_paused
 from fleet_mcp.coder.schemas import (
     AppHost, BuildInfo, BuildParameter, Organization, Preset, Presets,
@@ -29,6 +29,8 @@ __all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path", "c
 
 Transition = Literal["start", "stop", "delete"]
 T = TypeVar("T")
+# A path-based app of `@me`: Coder answers it itself (403 when path apps are off, else 404), no app ever does.
+_PROBE = "/@me/fleet-mcp-probe/apps/fleet-mcp-probe/"
 
 
 class CoderClient(Exchange):
@@ -221,12 +223,21 @@ class CoderClient(Exchange):
         most `bounded.LIMITS[limit]` bytes."""
         url = await self.app_url(app, rest, deadline=deadline)
         try:
-            return await self._request(method, url, model, json=json, limit=limit, deadline=deadline, headers=headers)
-        except PathAppsDisabled:
-            if (again := await self._path_refused(app, rest, url, deadline)) is None:
+            try:
+                return await self._request(method, url, model, json=json, limit=limit, deadline=deadline,
+                                           headers=headers, app=True)
+            except PathAppsDisabled:
+                if (again := await self._path_refused(app, rest, url, deadline)) is None:
+                    raise
+                return await self._request(method, again, model, json=json, limit=limit, deadline=deadline,
+                                           headers=headers, app=True)
+        except Unavailable as exc:
+            if exc.cause not in (None, "garbled"):  # no answer (Coder's or its proxy's network), or oversized
                 raise
-            return await self._request(method, again, model, json=json, limit=limit, deadline=deadline,
-                                       headers=headers)
+            # The app's own answer, unreadable or not the shape asked for: the app cannot be used, as one
+            # the proxy cannot reach; that agent's problem, never Coder's.
+            raise AppUnavailable(exc.status, f"the app answered what the fleet cannot read: {exc.message}",
+                                 exc.detail) from None
 
     @asynccontextmanager
     async def app_events(self, app: App, rest: str, limit: Limit = "events", *,
@@ -252,14 +263,16 @@ class CoderClient(Exchange):
             self.apps.wildcard = await self.app_host(deadline=deadline)
         return self.apps.url(app, rest) if self.apps.by_subdomain(app) else app.path(rest)
 
-    async def path_apps_refused(self, owner: str) -> bool:
-        """Whether Coder refuses path apps (`--disable-path-apps`), which it tells a non-admin no other way:
-        asks for an app of a workspace nobody has, refused with 403 before any lookup, else 404."""
+    async def path_apps_refused(self, *, deadline: float | None = None) -> bool:
+        """Whether Coder refuses path apps (`--disable-path-apps`), which it tells a non-admin no other way.
+        Asked of Coder itself, never of an app: it refuses path apps before reading the path (403), and answers
+        an app of `@me` with its own 404 (coderd/workspaceapps/proxy.go), so no workspace's app answers this."""
         try:
-            await self._request("GET", App(owner, "fleet-mcp-probe", None, "fleet-mcp-probe").path(), None,
-                                limit="status")
+            await self._request("GET", _PROBE, None, limit="status", deadline=deadline)
         except PathAppsDisabled:
             return True
+        except Unavailable:  # no answer: Coder cannot be asked now
+            raise
         except CoderError:
             pass
         return False
@@ -280,10 +293,15 @@ class CoderClient(Exchange):
         return None
 
     async def _path_refused(self, app: App, rest: str, tried: str, deadline: float | None) -> str | None:
-        """Coder refused the path form: from now on apps go by subdomain; the URL to try instead, if any."""
-        self.apps.path_refused = True
-        again = await self.app_url(app, rest, deadline=deadline)
-        return again if again != tried else None
+        """An app's request answered Coder's page refusing path apps. If Coder itself refuses them, from now on
+        apps go by subdomain: the URL to try instead, if any. Otherwise the page was the app's own, as any
+        agent can answer: that agent's problem (`AppUnavailable`), never a setting of the deployment."""
+        if tried.startswith("/") and await self.path_apps_refused(deadline=deadline):
+            self.apps.path_refused = True
+            again = await self.app_url(app, rest, deadline=deadline)
+            return again if again != tried else None
+        raise AppUnavailable(None, "the app answered Coder's page refusing path-based apps, which Coder itself "
+                                   "does not say: the agent's own answer")
 
 
 def _values(parameters: dict[str, str]) -> list[dict[str, str]]:

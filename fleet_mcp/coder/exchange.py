@@ -158,19 +158,20 @@ class Exchange:
     @overload
     async def _request(self, method: str, path: str, model: type[T], *, params: dict[str, Any] | None = None,
                        json: Any = None, limit: Limit = "record", deadline: float | None = None,
-                       headers: Headers = ()) -> T: ...
+                       headers: Headers = (), app: bool = False) -> T: ...
 
     @overload
     async def _request(self, method: str, path: str, model: None, *, params: dict[str, Any] | None = None,
                        json: Any = None, limit: Limit = "record", deadline: float | None = None,
-                       headers: Headers = ()) -> None: ...
+                       headers: Headers = (), app: bool = False) -> None: ...
 
     async def _request(self, method: str, path: str, model: type[T] | None, *,
                        params: dict[str, Any] | None = None, json: Any = None, limit: Limit = "record",
-                       deadline: float | None = None, headers: Headers = ()) -> Any:
+                       deadline: float | None = None, headers: Headers = (), app: bool = False) -> Any:
         """Send (with `headers` beside the exchange's own), map failures to typed errors, retry if safe (never
-        past `deadline`, a loop time), validate into `model` (None: no body): typed as `model` for its caller."""
-        call = _Call(method, path, params, json, model, bounded.LIMITS[limit], headers)
+        past `deadline`, a loop time), validate into `model` (None: no body): typed as `model` for its caller.
+        `app`: a workspace app answers it, whose garbled answer is its own and not tried again."""
+        call = _Call(method, path, params, json, model, bounded.LIMITS[limit], headers, app)
         if method != "GET" or self._retry_budget_s <= 0:  # never repeat a request that may have changed
             return await self._send_once(call)  # something; no budget, no second try
         started = asyncio.get_running_loop().time()
@@ -178,7 +179,7 @@ class Exchange:
             # Most reads are answered at once: the retry machinery is set up only after a failure.
             return await self._send_once(call)
         except CoderError as exc:
-            if not _is_transient(exc):
+            if not _is_transient(exc, call.app):
                 raise
             return await self._retried(exc, started, call, deadline)
 
@@ -204,8 +205,11 @@ class Exchange:
         def wait(state: RetryCallState) -> float:
             return delay(state.outcome.exception() if state.outcome else None, state.attempt_number + 1)
 
+        def again(exc: BaseException) -> bool:
+            return _is_transient(exc, call.app)
+
         await asyncio.sleep(delay(failure, 1))
-        async for attempt in AsyncRetrying(retry=retry_if_exception(_is_transient), wait=wait,
+        async for attempt in AsyncRetrying(retry=retry_if_exception(again), wait=wait,
                                            stop=stop_after_delay(max(0.0, budget - (loop.time() - started))),
                                            reraise=True):
             with attempt:
@@ -261,6 +265,7 @@ class _Call(NamedTuple):
     model: Any
     cap: int
     headers: Headers
+    app: bool = False
 
 
 def _oversized(where: str, exc: bounded.TooLarge | bounded.Undecodable) -> Oversized:
@@ -269,12 +274,13 @@ def _oversized(where: str, exc: bounded.TooLarge | bounded.Undecodable) -> Overs
     return Oversized(None, f"the answer to {where} cannot be read: {exc}", cause="oversized")
 
 
-def _is_transient(exc: BaseException) -> bool:
+def _is_transient(exc: BaseException, app: bool = False) -> bool:
+    """Worth another try; an app's garbled answer is not: the app said it, and says it again."""
     if isinstance(exc, RateLimited):
         return True
     if isinstance(exc, ServerError):
         return exc.status in _RETRY_STATUSES
-    return isinstance(exc, Unavailable) and exc.cause in _TRANSIENT_CAUSES
+    return isinstance(exc, Unavailable) and exc.cause in _TRANSIENT_CAUSES and not (app and exc.cause == "garbled")
 
 
 def _transport(url: str) -> httpx.AsyncBaseTransport:

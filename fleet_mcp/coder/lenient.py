@@ -1,7 +1,8 @@
 """Lenient parsing of the Go services' JSON (Coder, AgentAPI, the runner): the base model and field types.
 
 Unknown fields are ignored; Go's nil slices arrive as `null` and become `[]`, null strings become `""`,
-and every timestamp becomes an aware UTC `datetime` (Go's zero time `0001-01-01T00:00:00Z` becomes None).
+and every timestamp becomes an aware UTC `datetime` (Go's zero time `0001-01-01T00:00:00Z` becomes None;
+one past what UTC can hold, such as `9999-12-31T23:59:59-14:00`, becomes `LATEST`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
-__all__ = ["EPOCH", "LenientModel", "ListOf", "Text", "Timestamp", "Unescaped", "parse_timestamp"]
+__all__ = ["EPOCH", "LATEST", "LenientModel", "ListOf", "Text", "Timestamp", "Unescaped", "parse_timestamp"]
 
 _T = TypeVar("_T")
 
 # Go emits up to nine fractional digits; datetime keeps six.
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime.max.replace(tzinfo=timezone.utc)  # what a time later than UTC can hold reads as
 
 
 def parse_timestamp(value: Any) -> datetime | None:
@@ -40,7 +42,10 @@ def parse_timestamp(value: Any) -> datetime | None:
         return stamp
     if stamp.tzinfo is None:
         return stamp.replace(tzinfo=timezone.utc)
-    return stamp.astimezone(timezone.utc)
+    try:
+        return stamp.astimezone(timezone.utc)
+    except OverflowError:  # late on 9999-12-31 west of UTC (year 1 east of it read as zero time above)
+        return LATEST
 
 
 def _none_to_list(value: Any) -> Any:

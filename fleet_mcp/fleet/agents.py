@@ -28,14 +28,15 @@ from ..models import (
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
 from .projects import Catalog
-from .reads import nothing, prefetch, quietly
+from .reads import nothing, own_problem, prefetch, quietly
 from ..rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
     iso, paginate, valid_name,
 )
 from ..settings import Settings
 from .status import (
-    Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status, live_status, needs_attention,
+    RUNNER_PROMPT_URI, Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status,
+    live_status, needs_attention,
 )
 
 __all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "why_unreachable",
@@ -199,10 +200,16 @@ class Fleet:
     def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
         agents = []
         for ws in listed:
-            task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
-            summary = AgentSummary(name=ws.name, project=ws.template_name, last_activity_at=iso(last_activity(ws)),
-                                   current_task=task[:LIST_TASK_CHARS] if task else None,
-                                   **facts(list_status(ws, self.slugs)))
+            try:
+                task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
+                summary = AgentSummary(name=ws.name, project=ws.template_name,
+                                       last_activity_at=iso(last_activity(ws)),
+                                       current_task=task[:LIST_TASK_CHARS] if task else None,
+                                       **facts(list_status(ws, self.slugs)))
+            except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
+                summary = AgentSummary(name=ws.name, project=ws.template_name, status="unknown",
+                                       status_source="app status", current_task=None,
+                                       problem=own_problem(ws.name, exc).message)
             if status and summary.status != status:
                 continue
             if project and project.lower() not in (ws.template_name.lower(), ws.template_display_name.lower()):
@@ -257,7 +264,9 @@ class Fleet:
     async def history(self, name: str, page: int, page_size: int, *, deadline: float | None) -> TaskHistory:
         ws, _ = await self.find(name, deadline=deadline)
         statuses = await self.statuses(ws, deadline=deadline)
-        tasks = [Task(message=s.message, uri=s.uri, state=s.state, created_at=iso(s.created_at) or "",
+        # The runner's prompt marker is the fleet's own wire (`pending` tells the prompt), not a link to show.
+        tasks = [Task(message=s.message, uri="" if s.uri.startswith(RUNNER_PROMPT_URI) else s.uri, state=s.state,
+                      created_at=iso(s.created_at) or "",
                       needs_user_attention=needs_attention(statuses, i))
                  for i, s in enumerate(statuses) if not _ends_same_turn(statuses, i)]
         start, end, size, pages = paginate(len(tasks), page, page_size)

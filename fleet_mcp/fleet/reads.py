@@ -1,4 +1,5 @@
-"""Reads side by side: begun early, used only if still wanted, and never a lost exception.
+"""Reads side by side: begun early, used only if still wanted, and never a lost exception; a read of one
+agent among many whose failure is that agent's entry.
 
 Shared by `agents` (one agent's snapshot), `lifecycle` (a create's cap count)
 and `waits` (glances): a read begun before it is known to be needed saves a
@@ -9,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..coder import errors as ce
 from ..drivers import DriverError
+from ..errors import FleetError, from_coder, unavailable
 
-__all__ = ["nothing", "prefetch", "quietly", "settle"]
+__all__ = ["nothing", "own_problem", "prefetch", "quietly", "settle"]
+
+log = logging.getLogger("fleet_mcp")
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -50,3 +55,16 @@ def prefetch(reads: Mapping[K, Awaitable[T]]) -> Iterator[dict[K, asyncio.Future
     finally:
         for future in begun.values():
             settle(future)
+
+
+def own_problem(name: str, exc: Exception) -> FleetError:
+    """What a failed read of agent `name`, one of many in a call, says in that agent's entry: whatever it sent
+    (a time, number or text past what the fleet reads) costs its own entry, never the others' or the call."""
+    if isinstance(exc, FleetError):
+        return exc
+    if isinstance(exc, ce.CoderError):
+        return from_coder(exc)
+    log.warning("agent %r could not be read: unexpected %s", name, type(exc).__name__)
+    return unavailable(f"Agent {name!r} could not be read: it sent what the fleet cannot read "
+                       f"({type(exc).__name__}). The other agents are answered; show_agent shows this one.",
+                       agent_name=name)

@@ -14,8 +14,7 @@ from datetime import datetime
 from typing import Final, Literal
 from urllib.parse import parse_qs
 
-import pydantic
-
+from ..coder.lenient import parse_timestamp
 from ..coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
 from ..drivers import Driver, Live, Pending, Slugs, agent_and_app
 from ..models import AgentStatus, LastTurn, StatusSource
@@ -31,7 +30,6 @@ UNREPORTED = ("Coder's answer carried no app statuses (a slimmer workspace answe
 # How the runner marks a pending prompt in an app status (specs/runner.md): the status's `uri`, which only the
 # runner sets. A message, which carries the agent's words, never decides a status.
 RUNNER_PROMPT_URI = "fleet-runner:needs-input?"
-_ASKED_AT: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(datetime)
 # What Claude Code's own summaries say while a prompt waits on the screen (AgentAPI cannot say it otherwise).
 _WAITING = re.compile(r"(?i)permission|approv|confirm|waiting for (your |user )?(input|answer|reply)|question")
 _ACTIVE_BUILD = ("pending", "running", "deleting")
@@ -139,10 +137,9 @@ def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
     fields = {k: v[0] for k, v in parse_qs(status.uri[len(RUNNER_PROMPT_URI):]).items()}
     if not fields.get("prompt"):
         return None
-    asked: datetime | None
-    try:
-        asked = _ASKED_AT.validate_python(fields.get("asked_at") or status.created_at)
-    except pydantic.ValidationError:
+    try:  # the agent's own words: any time it names reads as UTC (or the status's own time)
+        asked = parse_timestamp(fields.get("asked_at")) or status.created_at
+    except ValueError:
         asked = status.created_at
     return Pending(tool=fields.get("tool", ""), summary=fields.get("input", ""), since=asked, id=fields["prompt"])
 

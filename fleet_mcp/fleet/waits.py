@@ -8,16 +8,18 @@ orchestrator calls waiting cost what one does.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import get_args
 
+from .background import Watch, offered
 from .budget import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
-from .reads import prefetch
+from .reads import own_problem, prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
@@ -93,19 +95,20 @@ class Waits:
             raise not_found(f"No agent named {missing[0]!r}.", agent_names=missing)
         wanted, last_said = set(until), float("-inf")
         ends = started + timeout_s
+        if (handover := offered.get()) is not None and timeout_s > 0:
+            agents, met, done = self._look(names, page, wanted, mode)
+            if not done:  # the caller takes tasks: the wait goes on in the background, one look per tasks/get
+                now = time.time()
+                handover.watch = Watch("wait", tuple(names), tuple(until), mode, now, now + timeout_s)  # type: ignore[arg-type]
+                return self._answer(agents, met, False, 0.0, until, mode)
         while True:
-            by_name = {ws.name.lower(): ws for ws in page.workspaces}
-            agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
-            met = [a.name for a in agents if a.met]
-            gone = [a.name for a in agents if a.status == "deleted"]
-            done = bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
+            agents, met, done = self._look(names, page, wanted, mode)
             waited = loop.time() - started
             if done or waited >= timeout_s:
                 return self._answer(agents, met, not done, waited, until, mode)
             if loop.time() - last_said >= settings.progress_interval_s:
                 last_said = loop.time()
-                await progress(len(met), len(agents), f"{len(met)} of {len(agents)} {_agents(len(agents))} "
-                               f"reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)")
+                await progress(len(met), len(agents), _waiting(met, agents, until, waited, timeout_s))
             # Polls start one interval apart (not an interval after the last answer): a change is seen by the
             # next listing asked at most one interval after it. Progress keeps its own beat in between.
             next_poll = self.listing.asked_at + interval
@@ -117,6 +120,26 @@ class Waits:
                 continue  # no poll fits in this user's budget before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval, deadline=deadline)
+
+    async def look(self, watch: Watch, *, deadline: float | None) -> tuple[WaitResult | None, list[WaitedAgent], str]:
+        """One look at a background wait (`background.Watch`): its answer when over (met, or past its end: what
+        the blocking wait answers then), else None; the agents as seen, and what to say meanwhile. The listing
+        is shared with every other wait and look of this user, and at most one poll interval old."""
+        page = await self.listing.get(max_age=self.fleet.settings.wait_poll_interval_s, deadline=deadline)
+        agents, met, done = self._look(list(watch.names), page, set(watch.until), watch.mode)
+        now = time.time()
+        waited, timeout_s = max(0.0, now - watch.started), max(0.0, watch.ends - watch.started)
+        if done or now >= watch.ends:
+            return self._answer(agents, met, not done, waited, watch.until, watch.mode), agents, ""
+        return None, agents, _waiting(met, agents, watch.until, waited, timeout_s)
+
+    def _look(self, names: list[str], page: WorkspacesPage, wanted: set[Condition],
+              mode: str) -> tuple[list[WaitedAgent], list[str], bool]:
+        by_name = {ws.name.lower(): ws for ws in page.workspaces}
+        agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
+        met = [a.name for a in agents if a.met]
+        gone = [a.name for a in agents if a.status == "deleted"]
+        return agents, met, bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
 
     async def _pause(self, seconds: float, waited: float) -> None:
         """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
@@ -132,7 +155,10 @@ class Waits:
     def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
         if ws is None:
             return WaitedAgent(name=name, status="deleted", met=False)
-        status = list_status(ws, self.fleet.slugs)
+        try:
+            status = list_status(ws, self.fleet.slugs)
+        except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the wait
+            return WaitedAgent(name=ws.name, status="unknown", met=False, problem=own_problem(ws.name, exc).message)
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
                            status_since=iso(status.since), last_turn=status.last_turn,
                            last_turn_error=status.last_turn_error,
@@ -159,8 +185,18 @@ class Waits:
             page = await self.listing.get(max_age=0, deadline=deadline)  # fresh: a glance is a read of now
             by_name = {ws.name.lower(): ws for ws in page.workspaces}
             return AgentGlances(agents=list(await asyncio.gather(*(
-                self._glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
+                self._own_glance(n, by_name.get(n.lower()), (known[n], begun[n]) if n in known else None, deadline)
                 for n in names))))
+
+    async def _own_glance(self, name: str, ws: Workspace | None,
+                          early: tuple[Driver, asyncio.Future[Details]] | None, deadline: float | None) -> AgentGlance:
+        """One agent's glance; whatever fails in reading it is its own entry, the others are answered."""
+        try:
+            return await self._glance(name, ws, early, deadline)
+        except Exception as exc:  # noqa: BLE001 - never the call's: the agent's entry says what failed
+            error = own_problem(ws.name if ws else name, exc)
+            return AgentGlance(name=ws.name if ws else name, problem=error.message,
+                               error={"error": error.error, "message": error.message, "details": error.details})
 
     async def _glance(self, name: str, ws: Workspace | None, early: tuple[Driver, asyncio.Future[Details]] | None,
                       deadline: float | None) -> AgentGlance:
@@ -210,8 +246,9 @@ class Waits:
             return None, str(exc), None
 
 
-def _agents(count: int) -> str:
-    return "agent" if count == 1 else "agents"
+def _waiting(met: list[str], agents: list[WaitedAgent], until: Sequence[str], waited: float, timeout_s: float) -> str:
+    noun = "agent" if len(agents) == 1 else "agents"
+    return f"{len(met)} of {len(agents)} {noun} reached {'/'.join(until)}; waiting ({waited:.0f} s of {timeout_s:g} s)"
 
 
 def _preview(messages: list[Message] | None) -> str | None:

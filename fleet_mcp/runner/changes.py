@@ -22,12 +22,16 @@ from typing import Literal
 
 from ..runner_wire import DIFF_PAGE_MAX, Changes, Diff, DiffFile
 from . import gitrepo
-from .gitrepo import GitError, Point
+from .gitexec import GitError, Isolated, isolate
+from .gitrepo import Point
 
 __all__ = ["ChangeLog", "DiffRefused", "line"]
 
 log = logging.getLogger("fleet_mcp.runner")
 LISTED_MAX = 10_000  # files a diff pages through; summaries count them all
+# What one page's diffs may take as JSON (each twice in a patch page: in `files` and in `patch`): well within
+# the 1 MiB the fleet reads of an answer, which any page of big files would pass otherwise.
+PAGE_BYTES = 640 * 1024
 
 
 class DiffRefused(Exception):
@@ -36,6 +40,13 @@ class DiffRefused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _left_out(shown: DiffFile, cost: int) -> DiffFile:
+    """A file named on a full page without its diff, saying how to get it: by its path (a page of its own)."""
+    note = (f"not shown: this page's diffs reached {PAGE_BYTES // 1024} KB before it (its own is {cost // 1024 + 1} "
+            f"KB); ask for path={shown.path!r} to see it")
+    return shown.model_copy(update={"diff": "", "truncated": True, "note": note})
 
 
 def line(summary: Changes | None) -> str | None:
@@ -92,9 +103,10 @@ class ChangeLog:
             return None, self.why_none or "the task's start was not recorded"
         try:
             end = gitrepo.point(self.start.repository, self._scratch())
-            self.task = Changes.model_validate(gitrepo.summary(self.start, end))
+            git = isolate(end.repository, self._scratch())
+            self.task = Changes.model_validate(gitrepo.summary(git, self.start, end))
             if self.origin is not None:
-                self.agent = Changes.model_validate(gitrepo.summary(self.origin, end))
+                self.agent = Changes.model_validate(gitrepo.summary(git, self.origin, end))
         except (GitError, OSError) as exc:
             log.warning("changes: %s", exc)
             return None, f"git could not read the repository at the task's end: {exc}"
@@ -132,8 +144,9 @@ class ChangeLog:
                 f" ({self.why_none})" if self.why_none else ""))
         repo, base, tree = summary.repository, summary.start_tree, summary.end_tree
         try:
-            listed, _ = gitrepo.entries(repo, base, tree, LISTED_MAX)
-        except GitError as exc:
+            git = isolate(repo, self._scratch())
+            listed, _ = gitrepo.entries(git, base, tree, LISTED_MAX)
+        except (GitError, OSError) as exc:
             raise DiffRefused("unavailable", f"git could not read the recorded changes: {exc}") from None
         if path is not None:
             wanted = _relative(path).encode()
@@ -144,8 +157,14 @@ class ChangeLog:
         pages = max(1, math.ceil(len(listed) / size))
         files: list[DiffFile] = []
         patch: list[str] = []
+        used = 0
         for entry in listed[(page - 1) * size:page * size]:
-            shown = self._file(repo, base, tree, entry, fmt == "patch")
+            shown = self._file(git, base, tree, entry, fmt == "patch")
+            cost = len(json.dumps(shown.diff)) * (2 if fmt == "patch" and not shown.truncated else 1)
+            if files and used + cost > PAGE_BYTES:  # the first file of a page is always shown (at most 50 KB)
+                shown = _left_out(shown, cost)
+            else:
+                used += cost
             files.append(shown)
             if fmt == "patch" and not shown.truncated:
                 patch.append(shown.diff)
@@ -154,8 +173,8 @@ class ChangeLog:
                     end_commit=summary.end_commit)
 
     @staticmethod
-    def _file(repo: str, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> DiffFile:
-        raw, cut = gitrepo.diff_file(repo, base, tree, entry, binary_patch=patch)
+    def _file(git: Isolated, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> DiffFile:
+        raw, cut = gitrepo.diff_file(git, base, tree, entry, binary_patch=patch)
         name = entry.path.decode(errors="backslashreplace")
         try:
             text, note = raw.decode(), None

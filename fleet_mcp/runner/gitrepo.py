@@ -1,10 +1,13 @@
-"""What the runner reads from git about the agent's repository, through the `git` CLI.
+"""What the runner reads from git about the agent's repository, through the `git` CLI run by `gitexec`.
 
 Every command's output is read as a stream and kept bounded: summaries keep at most `FILES_KEPT` files (the
 rest only counted), a file's diff is cut at `DIFF_FILE_MAX` bytes. The working tree is captured without
 touching the repository's own index: a copy of it (outside the repository) takes `git add -A`, and its tree
 is what a turn's changes are measured against (committed, uncommitted and untracked alike; ignored files
-are not changes). Names are read NUL-separated (`-z`), so any byte in a file name survives.
+are not changes). Names are read NUL-separated (`-z`), so any byte in a file name survives. Everything that
+reads files or objects runs in the runner's own git directory (`gitexec.isolate`), so nothing the agent
+configured runs, and a file is binary by its content (git's own test: a NUL in its first 8,000 bytes),
+never by an attribute: the summary, the diff and the patch all come from the same trees the same way.
 """
 
 from __future__ import annotations
@@ -12,30 +15,27 @@ from __future__ import annotations
 from typing import Any
 
 import os
+import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gitexec import GitError, Isolated, isolate, records, run, stream
+
 __all__ = [
-    "DIFF_FILE_MAX", "EMPTY_TREE", "FILES_KEPT", "Entry", "GitError", "Point", "diff_file", "entries", "git_path",
-    "point", "summary", "toplevel",
+    "DIFF_FILE_MAX", "FILES_KEPT", "Entry", "Point", "diff_file", "entries", "git_path", "point", "summary",
+    "toplevel",
 ]
 
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's well-known empty tree
 FILES_KEPT = 200
 COMMITS_KEPT = 50
 DIFF_FILE_MAX = 50_000
-TIMEOUT_S = 120.0
 # Diffs as git itself would write them for `git apply`, whatever the user's configuration says.
 DIFF_FLAGS = ("-r", "-M", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/")
 KINDS = {"A": "added", "D": "deleted", "R": "renamed", "M": "modified", "T": "modified", "C": "added"}
-
-
-class GitError(Exception):
-    """A git command failed; `str()` says which and why, in one line."""
+COMMIT_LINE = re.compile(rb"([0-9a-f]{40}|[0-9a-f]{64}) (.*)", re.S)
 
 
 @dataclass(frozen=True)
@@ -59,104 +59,53 @@ class Entry:
     old_path: bytes | None = None
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    return {**env, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_LITERAL_PATHSPECS": "1",
-            "LC_ALL": "C"}
-
-
-def _run(repo: str | Path, *args: str | bytes, env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> str:
-    """A git command whose output is small (a sha, a name); raises GitError on an unexpected exit."""
-    try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=TIMEOUT_S,
-                              env=env or _env(), stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GitError(f"git {_name(args)}: {type(exc).__name__}") from None
-    if done.returncode not in ok:
-        why = " ".join(done.stderr.decode(errors="replace").split())[:300]
-        raise GitError(f"git {_name(args)} failed: {why or f'exit {done.returncode}'}")
-    return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else ""
-
-
-def _stream(repo: str | Path, *args: str | bytes, limit: int | None = None) -> Iterator[bytes]:
-    """A git command's stdout in chunks; with `limit`, stops (and ends git) once that many bytes came."""
-    try:
-        proc = subprocess.Popen(["git", "-C", str(repo), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, env=_env())
-    except OSError as exc:
-        raise GitError(f"git {_name(args)}: {type(exc).__name__}") from None
-    assert proc.stdout is not None and proc.stderr is not None
-    read = 0
-    try:
-        while chunk := proc.stdout.read(65536):
-            read += len(chunk)
-            yield chunk
-            if limit is not None and read > limit:
-                return
-        code = proc.wait(TIMEOUT_S)
-        if code != 0:
-            why = " ".join(proc.stderr.read(2000).decode(errors="replace").split())[:300]
-            raise GitError(f"git {_name(args)} failed: {why or f'exit {code}'}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-
-
-def _name(args: tuple[str | bytes, ...]) -> str:
-    return next((a for a in args if isinstance(a, str) and not a.startswith("-")), "")
-
-
-def _records(repo: str | Path, *args: str) -> Iterator[bytes]:
-    """The NUL-separated fields of a `-z` output, one at a time."""
-    rest = b""
-    for chunk in _stream(repo, *args):
-        rest += chunk
-        *fields, rest = rest.split(b"\0")
-        yield from fields
-    if rest:
-        yield rest
-
-
 def toplevel(workdir: Path) -> str | None:
     """The root of the git work tree that holds `workdir`, or None when it is in none."""
     try:
-        return _run(workdir, "rev-parse", "--show-toplevel") or None
+        return run(workdir, "rev-parse", "--show-toplevel") or None
     except GitError:
         return None
 
 
 def point(repo: str, scratch: Path) -> Point:
     """Where `repo` stands now, its working files captured as a tree (in a scratch index under `scratch`)."""
-    commit = _run(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}", ok=(0, 1)) or None
-    branch = _run(repo, "symbolic-ref", "-q", "--short", "HEAD", ok=(0, 1)) or None
-    return Point(repo, branch, commit, _working_tree(repo, commit, scratch), _note(repo, branch, commit))
+    head = run(repo, "rev-parse", "--verify", "-q", "HEAD", ok=(0, 1)) or None  # the ref only: no object read
+    branch = run(repo, "symbolic-ref", "-q", "--short", "HEAD", ok=(0, 1)) or None
+    git = isolate(repo, scratch)
+    commit = None
+    if head is not None:  # peeled in the runner's own git directory, where no partial-clone fetch can start
+        commit = run(git, "rev-parse", "--verify", "-q", f"{head}^{{commit}}", ok=(0, 1)) or None
+    return Point(repo, branch, commit, _working_tree(repo, git, commit, scratch), _note(repo, branch, commit))
 
 
-def _working_tree(repo: str, commit: str | None, scratch: Path) -> str:
-    scratch.mkdir(parents=True, exist_ok=True)
+def _working_tree(repo: str, git: Isolated, commit: str | None, scratch: Path) -> str:
     fd, index = tempfile.mkstemp(dir=scratch, prefix="index-")
     os.close(fd)
-    env = {**_env(), "GIT_INDEX_FILE": index}
+    reading = git.with_index(repo, index)
     try:
         own = Path(repo, git_path(repo, "index"))
         if own.is_file():  # its stat cache spares hashing every unchanged file again
             shutil.copyfile(own, index)
-        else:
-            os.unlink(index)
-            _run(repo, "read-tree", commit or EMPTY_TREE, env=env)
-        _run(repo, "add", "-A", "--ignore-errors", env=env)
-        return _run(repo, "write-tree", env=env)
+            try:
+                return _capture(reading)
+            except GitError:  # an index git cannot read here (a split index, say): start from HEAD instead
+                pass
+        os.unlink(index)
+        run(reading, "read-tree", *([commit] if commit else ["--empty"]))
+        return _capture(reading)
     finally:
         Path(index).unlink(missing_ok=True)
         Path(index + ".lock").unlink(missing_ok=True)
 
 
+def _capture(reading: Isolated) -> str:
+    run(reading, "add", "-A", "--ignore-errors")
+    return run(reading, "write-tree")
+
+
 def git_path(repo: str, *names: str) -> str:
     """Where git keeps `names` (one a line), relative to `repo` or absolute: `git rev-parse --git-path`."""
-    return _run(repo, "rev-parse", *(arg for name in names for arg in ("--git-path", name)))
+    return run(repo, "rev-parse", *(arg for name in names for arg in ("--git-path", name)))
 
 
 def _note(repo: str, branch: str | None, commit: str | None) -> str | None:
@@ -170,11 +119,11 @@ def _note(repo: str, branch: str | None, commit: str | None) -> str | None:
     return None
 
 
-def entries(repo: str, base: str, tree: str, limit: int | None = None) -> tuple[list[Entry], int]:
+def entries(git: Isolated, base: str, tree: str, limit: int | None = None) -> tuple[list[Entry], int]:
     """The files changed from tree `base` to tree `tree` (at most `limit` kept), and how many there are."""
     kept: list[Entry] = []
     total = 0
-    fields = _records(repo, "diff-tree", *DIFF_FLAGS, "-z", "--name-status", base, tree)
+    fields = records(git, "diff-tree", *DIFF_FLAGS, "-z", "--name-status", base, tree)
     for status in fields:
         if not status:
             continue
@@ -188,18 +137,19 @@ def entries(repo: str, base: str, tree: str, limit: int | None = None) -> tuple[
     return kept, total
 
 
-def summary(start: Point, end: Point, files_kept: int = FILES_KEPT) -> dict[str, Any]:
-    """What changed from `start` to `end`: commits, files (renames as renames, binaries marked), lines."""
+def summary(git: Isolated, start: Point, end: Point, files_kept: int = FILES_KEPT) -> dict[str, Any]:
+    """What changed from `start` to `end`, read through `git`: commits, files (renames as renames, binaries
+    marked), lines."""
     repo = end.repository
-    kept, total = entries(repo, start.tree, end.tree, files_kept)
+    kept, total = entries(git, start.tree, end.tree, files_kept)
     files = [_file(e) for e in kept]
     added = removed = 0
-    for i, (plus, minus, binary) in enumerate(_numstat(repo, start.tree, end.tree)):
+    for i, (plus, minus, binary) in enumerate(_numstat(git, start.tree, end.tree)):
         added += plus
         removed += minus
         if i < len(files):
             files[i].update(added_lines=plus, removed_lines=minus, binary=binary)
-    commits, commits_total = _commits(repo, start.commit, end.commit)
+    commits, commits_total = _commits(git, start.commit, end.commit)
     return {"repository": repo, "branch": end.branch, "start_commit": start.commit, "end_commit": end.commit,
             "commits": commits, "commits_total": commits_total, "files": files, "files_total": total,
             "added_lines": added, "removed_lines": removed, "note": end.note or start.note,
@@ -226,9 +176,9 @@ def _text(raw: bytes) -> tuple[str, bool]:
         return raw.decode(errors="backslashreplace"), False
 
 
-def _numstat(repo: str, base: str, tree: str) -> Iterator[tuple[int, int, bool]]:
+def _numstat(git: Isolated, base: str, tree: str) -> Iterator[tuple[int, int, bool]]:
     """(added, removed, binary) per changed file, in the order `entries` lists them."""
-    fields = _records(repo, "diff-tree", *DIFF_FLAGS, "-z", "--numstat", base, tree)
+    fields = records(git, "diff-tree", *DIFF_FLAGS, "-z", "--numstat", base, tree)
     for field in fields:
         if not field:
             continue
@@ -240,24 +190,28 @@ def _numstat(repo: str, base: str, tree: str) -> Iterator[tuple[int, int, bool]]
         yield (0 if binary else int(plus or 0)), (0 if binary else int(minus or 0)), binary
 
 
-def _commits(repo: str, start: str | None, end: str | None) -> tuple[list[dict[str, Any]], int]:
+def _commits(git: Isolated, start: str | None, end: str | None) -> tuple[list[dict[str, Any]], int]:
+    """The newest commits from `start` to `end` as git lists them, and how many there are as git counts them.
+
+    Records are NUL-separated (`-z`) and a subject (`%s`) never holds a NUL, so no subject can add a row."""
     if end is None or start == end:
         return [], 0
     span = f"{start}..{end}" if start else end
-    total = int(_run(repo, "rev-list", "--count", span) or 0)
-    log = _run(repo, "log", f"--max-count={COMMITS_KEPT}", "--format=%H%x1f%s%x1e", span)
-    commits = [{"sha": sha.strip(), "subject": subject} for line in log.split("\x1e") if "\x1f" in line
-               for sha, subject in [line.split("\x1f", 1)]]
+    total = int(run(git, "rev-list", "--count", span) or 0)
+    commits = []
+    for record in records(git, "log", "-z", f"--max-count={COMMITS_KEPT}", "--format=%H %s", span):
+        if parsed := COMMIT_LINE.fullmatch(record):
+            commits.append({"sha": parsed[1].decode(), "subject": parsed[2].decode(errors="replace")})
     return commits, total
 
 
-def diff_file(repo: str, base: str, tree: str, entry: Entry, binary_patch: bool) -> tuple[bytes, bool]:
+def diff_file(git: Isolated, base: str, tree: str, entry: Entry, binary_patch: bool) -> tuple[bytes, bool]:
     """One file's diff (with `--binary` for a patch), at most DIFF_FILE_MAX bytes; (text, truncated)."""
     paths = [entry.path] if entry.old_path is None else [entry.old_path, entry.path]
     args: list[str | bytes] = ["diff-tree", "-p", *DIFF_FLAGS, *(["--binary"] if binary_patch else []),
                                "--full-index", base, tree, "--", *paths]
     out = bytearray()
-    for chunk in _stream(repo, *args, limit=DIFF_FILE_MAX):
+    for chunk in stream(git, *args, limit=DIFF_FILE_MAX):
         out += chunk
     if len(out) > DIFF_FILE_MAX:
         return bytes(out[:DIFF_FILE_MAX]), True

@@ -2,7 +2,8 @@
 
 Each line holds `time` (ISO UTC, `Z`), `user` (the caller's Coder username in
 per-user mode, else the server's user when known, else null), `tool`, `arguments` (strings over 200
-characters cut, with a marker saying how much), `duration_ms`, `outcome`
+characters, lists and objects over 20 items and anything nested over 8 deep cut, each with a marker saying
+how much; arguments whose line would still pass 8 KiB written as only a marker), `duration_ms`, `outcome`
 (`ok` | `error`) and `error` (the envelope's error code, or null). Secrets
 never reach the file: argument text holding the Coder session token, the HTTP
 auth token or (per-user mode) the token the caller sent, or any signed-in
@@ -19,6 +20,7 @@ reported on stderr, once a minute at most.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -40,9 +42,13 @@ from .front import sent_token
 from ..redaction import REDACTED, redact
 from .users import caller
 
-__all__ = ["MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open", "cut", "line_of"]
+__all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_LINE", "MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open",
+           "cut", "line_of"]
 
-MAX_TEXT = 200
+MAX_TEXT = 200  # characters of one string
+MAX_ITEMS = 20  # items of one list, keys of one object
+MAX_DEPTH = 8  # lists and objects within one another
+MAX_LINE = 8_192  # bytes of one line: a refused call of megabytes writes a line of kilobytes at most
 REPORT_EVERY_S = 60.0
 log = logging.getLogger("fleet_mcp")
 # What a reader may take for the end of a line inside a JSON string that json.dumps(ensure_ascii=False) leaves raw
@@ -51,23 +57,32 @@ _RAW_BREAKS = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
 
 
 def cut(value: Any, secrets: Iterable[str | None] = ()) -> Any:
-    """`value` with secrets redacted (any case) and every string longer than MAX_TEXT cut, at any depth."""
-    return _cut(value, tuple(s for s in secrets if s))
+    """`value` with secrets redacted (any case), every string longer than MAX_TEXT cut, every list and object
+    cut to MAX_ITEMS and nesting to MAX_DEPTH, each cut saying what it left out."""
+    return _cut(value, tuple(s for s in secrets if s), 0)
 
 
-def _cut(value: Any, secrets: tuple[str, ...]) -> Any:
+def _cut(value: Any, secrets: tuple[str, ...], depth: int) -> Any:
     if isinstance(value, str):
         value = redact(value, *secrets)
         if len(value) > MAX_TEXT:
             return f"{value[:MAX_TEXT]}…(+{len(value) - MAX_TEXT} chars)"
         return value
+    if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+        kind = "an object" if isinstance(value, dict) else "a list"
+        return f"…({kind} of {len(value)} items, nested over {MAX_DEPTH} deep)"
     if isinstance(value, dict):
-        return {_cut(str(k), secrets): _cut(v, secrets) for k, v in value.items()}
+        kept = {_cut(str(k), secrets, depth): _cut(v, secrets, depth + 1)
+                for k, v in itertools.islice(value.items(), MAX_ITEMS)}
+        if len(value) > MAX_ITEMS:
+            kept["…"] = f"(+{len(value) - MAX_ITEMS} keys)"
+        return kept
     if isinstance(value, list | tuple):
-        return [_cut(v, secrets) for v in value]
+        items = [_cut(v, secrets, depth + 1) for v in value[:MAX_ITEMS]]
+        return items + [f"…(+{len(value) - MAX_ITEMS} items)"] if len(value) > MAX_ITEMS else items
     if value is None or isinstance(value, bool | int | float):
         return value
-    return _cut(str(value), secrets)
+    return _cut(str(value), secrets, depth)
 
 
 def line_of(record: dict[str, Any]) -> str:
@@ -172,8 +187,11 @@ class AuditLog(Middleware):
         if file is None:
             self._failed("the log is not open")
             return
+        line = line_of(record)
+        if len(line) > MAX_LINE // 4 and (size := len(line.encode())) > MAX_LINE:  # many items, each within bounds
+            line = line_of({**record, "arguments": f"…(cut: {size} bytes as a line, over {MAX_LINE})"})
         try:
-            file.handle(logging.makeLogRecord({"msg": line_of(record)}))
+            file.handle(logging.makeLogRecord({"msg": line}))
         except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
             file.drop()
             self._failed(getattr(exc, "strerror", None) or str(exc))

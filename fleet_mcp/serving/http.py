@@ -7,7 +7,8 @@
   host, localhost, 127.0.0.1, [::1] or one of `FLEET_MCP_ALLOWED_HOSTS`; 403
   for an Origin of any other host), then `Gate` (pure ASGI, so streaming
   responses pass untouched): the bearer token, compared in constant time, and
-  the drain on shutdown; `GET /` says where the MCP endpoint is. In front of
+  the drain on shutdown; `GET /` says where the MCP endpoint is, and any other
+  path answers 404 saying it. In front of
   all that, `front.Health` answers load balancers' `GET /healthz`.
 """
 
@@ -166,6 +167,13 @@ class Gate:
         if scope["path"] == "/" and scope["method"] in ("GET", "HEAD"):
             needs = "the server's FLEET_MCP_AUTH_TOKEN" if self._digest is not None else None
             await _send_json(send, 200, where(scope, "each caller's own Coder token" if self.per_user else needs))
+            return
+        if scope["path"].rstrip("/") != MCP_PATH:  # a bare "Not Found" leaves a client that missed /mcp lost
+            endpoint = where(scope, None)["mcp_endpoint"]
+            await _send_json(send, 404, {
+                "error": "not_found", "message": f"Nothing is served at this path: fleet-mcp's MCP endpoint is "
+                f"{endpoint} (streamable HTTP); point the MCP client there.",
+                "details": {"mcp_endpoint": endpoint}})
             return
         if self._digest is not None:
             verdict = self.authorized(scope)

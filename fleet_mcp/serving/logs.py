@@ -7,9 +7,11 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 
+import fastmcp
+
 from ..redaction import redact
 
-__all__ = ["Redact", "setup"]
+__all__ = ["OneLine", "Redact", "setup"]
 
 # MCP session ids (the SDK mints uuid4().hex) are bearer-like: whoever holds one can use the session.
 _SESSION_ID = re.compile(r"\b[0-9a-f]{32}\b")
@@ -43,14 +45,38 @@ class Redact(logging.Filter):
         return True
 
 
+class OneLine(logging.Formatter):
+    """`LEVEL logger: message`, one line a record whoever logs it: line breaks inside a message are written
+    `\\n`, and an exception adds its type, with its trace (as `Redact` left it) only when `traces`."""
+
+    def __init__(self, traces: bool = False) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")  # as the README's Logs section says
+        self._traces = traces
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        line = self.formatMessage(record)
+        if record.exc_info and record.exc_info[0] is not None:
+            line += f" ({record.exc_info[0].__name__})"
+            if self._traces:
+                line += " " + (record.exc_text or self.formatException(record.exc_info))
+        return line.replace("\r", "").replace("\n", "\\n")
+
+
 def setup(secrets: Iterable[str] = (), level: str = "INFO", also: Callable[[], str | None] | None = None) -> None:
     """Log `level` (FLEET_MCP_LOG_LEVEL) and up to stderr through `Redact` (call once, before serving)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(OneLine(traces=level == "DEBUG"))
     handler.addFilter(Redact(secrets, also))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    logging.getLogger("fastmcp").setLevel(level)  # FastMCP keeps a stderr handler of its own, not the root's
+    # FastMCP gives its logger Rich handlers of its own (at import, and again whenever a server runs with a
+    # log level) that do not propagate: turned off through its setting, its records reach the root's handler.
+    fastmcp.settings.log_enabled = False
+    ours = logging.getLogger("fastmcp")
+    ours.handlers.clear()
+    ours.propagate = True
+    ours.setLevel(level)
     for noisy in ("httpx", "httpcore"):  # a line per request: only where DEBUG is asked for
         logging.getLogger(noisy).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)

@@ -7,14 +7,15 @@ descriptors in two threads, so that:
 - a stop (a signal, or the client closing stdin) hands no new line on, waits
   until every request handed on has been answered (for up to the grace), and
   only then ends the server's input — the runner then leaves its lifespan;
-- a line that cannot be read (not JSON, not UTF-8, or a string holding a lone
-  UTF-16 surrogate such as `"\ud800"`, which Python's `json` takes and the
-  server's reader does not) is answered with JSON-RPC's parse error, with the
-  request's id wherever it can be read so the caller is not left waiting; a
-  message that is not one JSON-RPC request, notification or response (a batch,
-  an id that is neither a string nor an integer such as `7.0`, `true`, `null`)
-  with an invalid-request error; neither reaches the server, so none can hold
-  up a stop. Each kind is logged once;
+- a line that cannot be read (not JSON, not UTF-8, nested deeper than the
+  server's reader goes, or a string holding a lone UTF-16 surrogate such as
+  `"\ud800"`, which Python's `json` takes and the server's reader does not) is
+  answered with JSON-RPC's parse error, with the request's id wherever it can be
+  read so the caller is not left waiting; a message that is not one JSON-RPC
+  request, notification or response (a batch, an id that is neither a string nor
+  an integer such as `7.0`, `true`, `null`) with an invalid-request error;
+  neither reaches the server, so none can hold up a stop. Each kind is logged
+  once;
 - stray text written to stdout (not a JSON-RPC line) goes to stderr, off the wire.
 """
 
@@ -60,7 +61,7 @@ def _readable_id(line: bytes) -> object:
     """The id of a request the server cannot read, where a lenient reading finds one; else None."""
     try:
         message = json.loads(line.decode("utf-8", "replace"))
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python's own stack: no id to be had
         return None
     request_id = message.get("id") if isinstance(message, dict) else None
     return request_id if isinstance(request_id, int | str) and not isinstance(request_id, bool) else None
@@ -155,7 +156,10 @@ class StdioGate:
     def _take(self, line: bytes) -> None:
         if not line.strip():
             return
-        reply, key, kind = classify(line)
+        try:
+            reply, key, kind = classify(line)
+        except Exception:  # noqa: BLE001 - whatever a line holds, this thread reads on (and a closed stdin stops)
+            reply, key, kind = _error(None, -32700, "Parse error: the line cannot be read"), None, "unreadable"
         if kind is not None:
             self._once(kind, f"stdin: answered a message the server cannot take ({kind}) with a JSON-RPC error")
         if reply is not None:

@@ -144,8 +144,8 @@ async def test_compressed_answers_within_the_cap_are_read(encoding):
         assert (await coder.buildinfo()).version == "v2.27.1"
 
 
-def test_the_readme_states_every_cap():
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_settings_reference_states_every_cap():
+    readme = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     stated = {kind: int(mib) * 2**20 for kind, mib in re.findall(r"^\| `(\w+)`: .+ \| (\d+) MiB \|$", readme, re.M)}
     assert stated == bounded.LIMITS
 

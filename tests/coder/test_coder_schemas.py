@@ -253,6 +253,8 @@ def test_recorded_presets_are_pascal_case(interactions: list[dict[str, Any]]) ->
         ("2025-10-31T09:00:00-05:30", datetime(2025, 10, 31, 14, 30, tzinfo=timezone.utc)),
         ("2025-10-31T14:12:22Z", datetime(2025, 10, 31, 14, 12, 22, tzinfo=timezone.utc)),
         ("0001-01-01T00:00:00Z", None),
+        ("0001-01-01T05:00:00+14:00", None),  # before what UTC holds: zero time
+        ("9999-12-31T23:59:59-14:00", datetime.max.replace(tzinfo=timezone.utc)),  # past it: its last instant
         ("", None),
         (None, None),
     ],

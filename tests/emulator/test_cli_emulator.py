@@ -87,6 +87,27 @@ def test_runner_runtime_processes_end_with_the_emulator(tmp_path):
         os.killpg(pid, 0)  # the runner and its Claude Code are gone with the emulator
 
 
+@pytest.mark.parametrize("flags", [(), ("--agent-runtime", "agentapi")])
+def test_the_runtime_is_the_runner_when_its_extra_is_installed(flags):
+    """`fleet-mcp emulator` gives the real Claude Code (the runner) when claude-agent-sdk is there, else AgentAPI;
+    `--agent-runtime` says otherwise. Seen in the app a new fleet template declares (no workspace, no runner)."""
+    runner = importlib.util.find_spec("claude_agent_sdk") is not None and not flags
+    command = [sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--seed", "empty", *flags]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            text=True)
+    try:
+        url = proc.stdout.readline().strip().removeprefix("CODER_URL=")
+        token = proc.stdout.readline().strip().removeprefix("CODER_SESSION_TOKEN=")
+        with httpx.Client(base_url=url, headers={"Coder-Session-Token": token}, timeout=10) as client:
+            assert client.post("/emulator/templates", json={"name": "probe"}).status_code == 201
+            version = client.get("/api/v2/organizations/coder/templates/probe").json()["active_version_id"]
+            resources = client.get(f"/api/v2/templateversions/{version}/resources").json()
+    finally:
+        stop(proc)
+    apps = {app["slug"] for resource in resources for agent in resource.get("agents") or [] for app in agent["apps"]}
+    assert apps == ({"fleet"} if runner else {"ccw"}), apps
+
+
 @pytest.mark.skipif(importlib.util.find_spec("claude_agent_sdk") is not None, reason="claude-agent-sdk is installed")
 def test_runner_runtime_without_the_sdk_is_refused_in_one_line():
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--agent-runtime", "runner"],

@@ -55,7 +55,7 @@ async def test_bulk_fleet(coder):
     before = (await coder.get("/emulator/clock")).json()["elapsed"]
     r = await coder.post("/emulator/fleet", json={"count": 25})
     assert r.json()["created"] == 25
-    assert (await coder.get("/emulator/clock")).json()["elapsed"] == before + 30  # as the README says
+    assert (await coder.get("/emulator/clock")).json()["elapsed"] == before + 30  # as docs/emulator.md says
     page = (await coder.get("/api/v2/workspaces", params={
         "q": "owner:me param:fleet_mcp_managed=true status:running", "limit": 10})).json()
     assert page["count"] == 25 and len(page["workspaces"]) == 10

@@ -79,7 +79,9 @@ async def test_a_missing_parameter_is_named(emulator, conformance, coder):
     assert len(half.lacks) == 1 and half.lacks[0].startswith("parameter fleet_mcp_current_task")
     lines = report.lines()
     i = next(i for i, line in enumerate(lines) if "FAIL" in line)
-    assert "half-done: lacks" in lines[i] and "parameter fleet_mcp_current_task" in lines[i + 1]
+    # The project's line says it is incomplete and what it has; the lines under it, what it lacks.
+    assert "half-done: incomplete; AgentAPI (app 'ccw', by path)" in lines[i] and "lacks" not in lines[i]
+    assert lines[i + 1].strip().startswith("- parameter fleet_mcp_current_task")
     assert report.exit_code == 0  # fleet-demo is still complete
 
 
@@ -345,7 +347,7 @@ async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulato
 
 @pytest.mark.system
 def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
-    """README "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
+    """docs/settings.md "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
     where no DNS knows the wildcard, and without it."""
     from processes import emulator_process
 

@@ -1,5 +1,5 @@
 """The README's guides say what the code does: the architecture picture, the emulator's scripting reference
-for both runtimes, the log levels, the orchestrator's CLAUDE.md snippet, the licence and the changelog."""
+(docs/emulator.md) for both runtimes, the log levels, the orchestrator's CLAUDE.md snippet, the licence and the changelog."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 
 
-def section(title: str) -> str:
-    """The README's text from heading `title` to the next heading of the same or a higher level (a heading
+def section(title: str, document: str = README) -> str:
+    """The document's text from heading `title` to the next heading of the same or a higher level (a heading
     inside a code block is text)."""
-    unfenced = re.sub(r"```.*?```", lambda m: " " * len(m.group(0)), README, flags=re.S)
-    start = README.index(title)
+    unfenced = re.sub(r"```.*?```", lambda m: " " * len(m.group(0)), document, flags=re.S)
+    start = document.index(title)
     level = title.split(" ")[0]
     ends = [m.start() for m in re.finditer(f"^#{{1,{len(level)}}} ", unfenced[start + len(title):], re.M)]
-    return README[start:start + len(title) + (ends[0] if ends else len(README))]
+    return document[start:start + len(title) + (ends[0] if ends else len(document))]
 
 
 def table(text: str) -> dict[str, list[str]]:
@@ -56,7 +56,7 @@ def test_the_scripting_reference_covers_every_marker_of_both_runtimes():
     from fleet_mcp.emulator.agentapi import session
 
     agentapi, runner = markers(session), markers(anthropic)
-    rows = table(section("### Scripting the agents"))
+    rows = table(section("## Scripting the agents", (REPO / "docs" / "emulator.md").read_text()))
     documented = {name.removeprefix("[[").removesuffix("]]").split(":")[0] for name in rows if name != "(none)"}
     assert documented == agentapi | runner and "(none)" in rows
     for name, (on_agentapi, on_runner) in rows.items():
@@ -93,7 +93,7 @@ def test_the_logs_section_names_every_level():
 def test_the_orchestrators_claude_md_names_only_real_tools_and_values():
     from fleet_mcp.fleet.waits import CONDITIONS, MAX_WAIT_S
 
-    text = section("### Tell the orchestrator how to use it")
+    text = section("## Tell the orchestrator how to use it")
     snippet = text[text.index("```markdown"):text.index("```", text.index("```markdown") + 3)]
     named = set(re.findall(r"`([a-z_]+)`", snippet))
     tools = {n for n in named if n.endswith(("_agent", "_agents", "_task", "_result", "_projects", "_roles",

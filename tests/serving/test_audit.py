@@ -17,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
 from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
-from fleet_mcp.serving.audit import MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
+from fleet_mcp.serving.audit import MAX_DEPTH, MAX_ITEMS, MAX_LINE, MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
 from fleet_mcp.server import build_server
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
@@ -217,3 +217,34 @@ def test_a_lone_surrogate_is_escaped_not_a_failed_write():
     line = line_of({"arguments": {"name": "x\ud800y\udfffz"}})
     line.encode("utf-8")  # would raise for a raw lone surrogate: the record would be lost
     assert json.loads(line)["arguments"]["name"] == "x\ud800y\udfffz"
+
+
+async def test_a_refused_call_of_megabytes_writes_a_bounded_line(audited, audit_path):
+    """Lists and objects are cut as strings are, each cut saying how much (issue 30.5: a refused 3.85 MB call
+    wrote a 3.8 MB line)."""
+    huge = {"type": "object", "enum": list(range(500_000)),
+            "properties": {f"p{i}": {"type": "string", "description": "d" * 300} for i in range(50)}}
+    refused = await audited.error("start_agent_task", agent_name="ghost", task_description="Count.",
+                                  result_schema=huge)
+    assert refused["error"] in ("bad_request", "not_found")
+    [line] = audit_path.read_text(encoding="utf-8").splitlines()
+    assert len(line.encode()) <= MAX_LINE, len(line)
+    schema = json.loads(line)["arguments"]["result_schema"]
+    assert schema["enum"][:3] == [0, 1, 2] and schema["enum"][-1] == f"…(+{500_000 - MAX_ITEMS} items)"
+    assert len(schema["properties"]) == MAX_ITEMS + 1 and schema["properties"]["…"] == "(+30 keys)"
+
+
+async def test_arguments_nested_deep_or_wide_at_every_level_stay_within_a_line(audited, audit_path):
+    deep: object = "bottom"
+    for _ in range(50):
+        deep = [deep]
+    wide = {f"k{i}": {f"j{j}": "v" * 150 for j in range(25)} for i in range(25)}  # each level within the counts
+    for schema in ({"type": "object", "default": deep}, {"type": "object", "default": wide}):
+        await audited("start_agent_task", agent_name="ghost", task_description="Count.", result_schema=schema)
+    first, second = (json.loads(line) for line in audit_path.read_text(encoding="utf-8").splitlines())
+    inner = first["arguments"]["result_schema"]["default"]
+    for _ in range(MAX_DEPTH - 3):  # arguments, result_schema, default: three levels already
+        inner = inner[0]
+    assert inner == f"…(a list of 1 items, nested over {MAX_DEPTH} deep)", inner
+    assert second["arguments"].startswith("…(cut: ") and f"over {MAX_LINE})" in second["arguments"], second
+    assert all(len(line.encode()) <= MAX_LINE for line in audit_path.read_text(encoding="utf-8").splitlines())

@@ -49,6 +49,17 @@ def test_healthz_is_ok_without_a_token_for_any_host_and_quiet(server):
     assert '"GET /healthz"' not in server.logs()  # probes every few seconds would drown the access log
 
 
+def test_any_other_path_says_where_the_endpoint_is(server):
+    """A client pointed at the server's root (or any path but /mcp) is told the endpoint, not a bare Not Found."""
+    for method, path in (("POST", "/"), ("GET", "/sse"), ("POST", "/messages/"), ("DELETE", "/")):
+        answer = httpx.request(method, root(server) + path, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                               timeout=WAIT_S)
+        assert answer.status_code == 404, (method, path, answer.text)
+        said = answer.json()
+        assert said["error"] == "not_found" and said["details"]["mcp_endpoint"] == server.url
+        assert f"fleet-mcp's MCP endpoint is {server.url}" in said["message"] and path not in said["message"][:30]
+
+
 def test_root_says_where_the_endpoint_is(server):
     answer = httpx.get(root(server) + "/", timeout=WAIT_S)
     assert answer.status_code == 200

@@ -55,3 +55,14 @@ def test_a_log_line_loses_the_token_the_current_request_sent_and_its_traceback_t
     text = logging.Formatter("%(message)s").format(record)
     assert sent.lower() not in text.lower() and text.startswith(f"saw {REDACTED}")
     assert f"ValueError: bad {REDACTED}" in text
+
+
+def test_a_record_is_one_line_whatever_it_carries():
+    """Line breaks in a message, an exception: still `LEVEL logger: message` on one line (the trace only at DEBUG)."""
+    try:
+        raise ValueError("first\nsecond")
+    except ValueError:
+        record = logging.LogRecord("mcp.server", logging.ERROR, __file__, 1, "failed:\n%s", ("detail",), sys.exc_info())
+    assert logs.OneLine().format(record) == "ERROR mcp.server: failed:\\ndetail (ValueError)"
+    traced = logs.OneLine(traces=True).format(record)
+    assert "\n" not in traced and traced.startswith("ERROR mcp.server: failed:\\ndetail (ValueError) Traceback")

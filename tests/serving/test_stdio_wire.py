@@ -148,3 +148,16 @@ def test_read_only_switch_lists_the_reading_tools_and_refuses_a_write():
     assert "list_agents" in names and not names & {"create_agent", "delete_agent", "start_agent_task"}
     assert got["2"]["result"]["isError"] and "bad_request" in got["2"]["result"]["content"][0]["text"]
     assert got["3"]["result"]["structuredContent"]["agents"] == []  # nothing was created
+
+
+def test_a_line_nested_deeper_than_any_reader_goes_is_answered_and_the_next_call_too():
+    """5,000 levels: past the server's reader and Python's own stack. One parse error, then the call after it
+    is answered, and closing stdin still ends the server (issue 30.5)."""
+    deep = '{"jsonrpc":"2.0","id":3,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}"
+    done = piped("[" * 5000 + "]" * 5000, deep, modern_call(4, "list_agents", {}))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [m["error"]["code"] for m in lines if "error" in m] == [-32700, -32700], lines
+    [listed] = [m for m in lines if m.get("id") == 4]
+    assert listed["result"]["structuredContent"]["agents"] == []
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr

@@ -156,11 +156,11 @@ def test_stateless_http_needs_no_session(server):
     assert "mcp-session-id" not in answer.headers
 
 
-def test_the_readme_quotes_the_nginx_configuration_the_tests_run():
+def test_the_team_guide_quotes_the_nginx_configuration_the_tests_run():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    assert (root / "deploy" / "nginx.conf").read_text() in (root / "README.md").read_text()
+    assert (root / "deploy" / "nginx.conf").read_text() in (root / "docs" / "team.md").read_text()
 
 
 # --- the verifier and the registry, in-process over the emulator ----------------------------------------------

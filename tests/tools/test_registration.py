@@ -3,6 +3,9 @@ and each tool a plain function that runs alone with the service it is handed."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import httpx
 import pytest
 from fastmcp import Client
@@ -38,19 +41,39 @@ async def test_read_only_serves_only_the_reading_tools_and_refuses_a_write(emula
         assert refused["error"] == "bad_request" and "create_agent" in refused["message"]
         assert set(refused["details"]["tools"]) == READING
         assert "read-only" in (client.instructions or "")
+        assert named_tools(client.instructions or "") <= READING
         projects = await Tools(client)("list_agent_projects")
     assert "fleet-demo" in [p["name"] for p in projects["projects"]]
     assert not [w for w in emulator.backend.workspaces.values() if w.name == "sneaky"]
     assert not [route for route in emulator.backend.requests if not route.startswith("GET ")]
 
 
-async def test_the_instructions_name_every_registered_tool_and_only_those(tools):
+INSTRUCTIONS_MAX = 1200  # characters: clients put the instructions in every turn of the calling model
+TOOL_LIST_MAX = 12_011  # characters of the tools' names, descriptions and input schemas (compact JSON), 26 Nov 2026
+
+
+def named_tools(text: str) -> set[str]:
+    return {name for name in TOOLS if re.search(rf"\b{name}\b", text)}
+
+
+async def test_the_instructions_are_the_workflow_in_few_characters(tools):
+    """What to call when (start, wait, answer, review, best of N, clean up), not a second copy of the tool list."""
     text = tools.client.instructions or ""
-    listed = [t.name for t in await tools.client.list_tools()]
-    assert set(listed) == TOOLS
-    lines = [line for line in text.splitlines() if line.startswith("- ")]
-    assert [line[2:].split(":", 1)[0] for line in lines] == listed
-    assert "read-only" not in text and "{error, message, details}" in text
+    listed = await tools.client.list_tools()
+    assert len(text) <= INSTRUCTIONS_MAX, len(text)
+    assert {"create_agent", "wait_for_agents", "answer_agent", "get_agent_result", "show_agents",
+            "delete_agent"} <= named_tools(text) <= {t.name for t in listed}
+    assert "never poll" in text and "Best of N" in text and "{error, message, details}" in text
+    for tool in listed:  # no tool's description repeated
+        assert (tool.description or "").split(". ")[0] not in text, tool.name
+
+
+async def test_the_model_facing_tool_list_does_not_grow(tools):
+    """Names, descriptions and input schemas: what a client loads into the model's context for the tools."""
+    listed = await tools.client.list_tools()
+    facing = [{"name": t.name, "description": t.description, "inputSchema": t.inputSchema} for t in listed]
+    size = len(json.dumps(facing, separators=(",", ":"), ensure_ascii=False))
+    assert size <= TOOL_LIST_MAX, f"the tool list grew to {size} characters (at most {TOOL_LIST_MAX})"
 
 
 async def test_a_tool_runs_alone_with_the_service_it_is_handed(emulator, transport):

@@ -50,6 +50,9 @@ def test_pagination_clamps_size_and_refuses_bad_pages():
 def test_times_are_utc_with_z():
     assert iso(datetime(2026, 1, 5, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=1)))) == "2026-01-05T09:00:00Z"
     assert iso(None) is None
+    # A time an agent names past what UTC holds (its offset carries it over a year's edge): the edge, not a fault.
+    assert iso(datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-14)))) == "9999-12-31T23:59:59Z"
+    assert iso(datetime(1, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=14)))) == "0001-01-01T00:00:00Z"
 
 
 def history(*states: str) -> list[WorkspaceAppStatus]:

@@ -205,3 +205,25 @@ async def test_connect_to_over_tls_keeps_the_tls_name_and_host(tmp_path):
         seen = await client.app_request("GET", App("alice", "w", None, "fleet", subdomain=True), "state", dict)
     assert seen == {"host": f"fleet--w--alice.{APP_HOST}", "target": "/state"}
     assert names == [f"fleet--w--alice.{APP_HOST}"]
+
+
+async def test_an_app_answering_coders_path_apps_page_moves_no_other_agent(fleet, emulator, coder):
+    """Any agent's app can answer Coder's "path-based applications are disabled" page: only Coder's own word
+    (its answer to a path no app answers) moves apps to subdomains. Here Coder allows path apps and has a
+    wildcard host: the liar's entry is its own problem, and the others are still asked by path."""
+    tools, hosts = fleet
+    await coder.post("/emulator/app-proxy", json={"wildcard_hostname": f"*.{APP_HOST}"})
+    await ready_agent(tools, emulator, name="good")
+    await ready_agent(tools, emulator, name="liar")
+    page = {"match": "* /@demo/liar.*/apps/*", "kind": "status", "code": 403,
+            "message": "Path-based applications are disabled on this Coder deployment by the administrator."}
+    assert (await coder.post("/emulator/faults", json=page)).status_code == 201
+    liar = (await tools("show_agent", agent_name="liar"))["agent"]
+    assert liar["status"] == "offline" and "does not say" in liar["problem"], liar
+    hosts.sent.clear()
+    good = (await tools("show_agent", agent_name="good"))["agent"]
+    assert good["status"] in ("busy", "idle"), good
+    assert hosts.apps() and all(h == "coder.test" and p.startswith("/@demo/good") for h, p in hosts.apps()), hosts.sent
+    sent = await tools("start_agent_task", agent_name="good", task_description="Then the CHANGELOG.",
+                       if_busy="interrupt")
+    assert "error" not in sent, sent

@@ -1,0 +1,96 @@
+"""What a background task asks of the user, and how their answer reaches the agent; a handed-out turn's end.
+
+An agent of a task that waits on a permission (needs_input, with the prompt's id known: runner agents) is
+asked of the user as an elicitation form (`inputRequests`, keyed `<agent>/<prompt id>`). The message names
+the agent, the tool and the tool's input, quoted as the agent's words; the form is a boolean `allow`
+(Claude Code's dialog answers it "allow" in one key press) and an optional message. The answer goes to that
+prompt exactly as `answer_agent` sends it, bound to its prompt id: one answered meanwhile is not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ElicitRequest, ElicitRequestFormParams, ElicitResult
+
+from ..errors import FleetError, guarded
+from ..fleet.background import Watch
+from ..fleet.polling import within
+from ..models import Task, TaskResult, WaitedAgent, WaitResult
+from ..rules import MAX_SPEC, iso
+from .users import Services
+
+__all__ = ["answer", "forms", "turn_over"]
+
+log = logging.getLogger("fleet_mcp")
+ANSWER_S = 30.0  # what answering one prompt may take
+RETRY = -32000  # a server error Claude Code answers by polling again for the real state
+FORM = {"type": "object", "required": ["allow"], "properties": {
+    "allow": {"type": "boolean", "title": "Allow", "default": True,
+              "description": "Allow the agent to use this tool this once (untick to deny)"},
+    "message": {"type": "string", "title": "Message to the agent", "maxLength": 2000,
+                "description": "Optional: why, or what to do instead"}}}
+STATES = {"succeeded": "complete", "failed": "failure", "interrupted": "canceled"}
+
+
+async def forms(services: Services, waiting: list[WaitedAgent], *, deadline: float | None) -> dict[str, ElicitRequest]:
+    """The forms asking the user about each waiting agent's prompt (those whose prompt id is known)."""
+    asked: dict[str, ElicitRequest] = {}
+    for agent in waiting:
+        pending = agent.pending
+        if pending is None or not pending.prompt_id:
+            continue
+        message = (f"Fleet agent {agent.name} asks permission to use the tool {pending.tool}.\n\n"
+                   f"The tool's input, as the agent gave it (its words: data, not an instruction):\n"
+                   f"{pending.input}\n\nAllow it?")
+        asked[f"{agent.name}/{pending.prompt_id}"] = ElicitRequest(
+            params=ElicitRequestFormParams(message=message, requested_schema=FORM))
+    return asked
+
+
+async def answer(services: Services, watch: Watch, key: str, response: ElicitResult) -> None:
+    """Send the user's `response` to the prompt `key` names, as answer_agent would; a prompt answered or gone
+    meanwhile is left as it is (the next tasks/get says what waits now)."""
+    name, _, prompt_id = key.partition("/")
+    if name.lower() not in {n.lower() for n in watch.names} or not prompt_id:
+        raise MCPError(code=INVALID_PARAMS, message=f"This task asked nothing under {key[:80]!r}.")
+    content = response.content or {}
+    said = content.get("message")
+    message = said[:MAX_SPEC] if isinstance(said, str) else ""
+    if response.action == "accept" and content.get("allow") is True:
+        decision = "allow"
+    else:
+        decision = "deny"
+        message = message or ("The user denied it." if response.action == "accept" else "The user declined.")
+    try:
+        async with within(ANSWER_S, "Answering the agent") as deadline:
+            await guarded(services.turns.answer)(name, decision, message, prompt_id, deadline=deadline)
+    except FleetError as exc:
+        if exc.error != "conflict":
+            raise MCPError(code=RETRY, message=exc.message) from None
+        log.info("a prompt answered through a task was no longer waiting: %s", exc.message)
+
+
+async def turn_over(services: Services, watch: Watch, waited: WaitResult, *, deadline: float | None) -> TaskResult:
+    """A handed-out task's answer once the agent's turn is over (or the task's time is): start_agent_task's
+    shape, its message carrying the turn's result as get_agent_result reads it."""
+    agent = waited.agents[0]
+    now = iso(datetime.now(UTC)) or ""
+    if waited.timed_out:
+        return TaskResult(task=Task(message=watch.said, uri="", state="working", needs_user_attention=False,
+                                    created_at=now), agent_status=agent.status,
+                          message=f"{agent.name} is still {agent.status}; read get_agent_result once it is idle.")
+    try:
+        outcome = await guarded(services.turns.result)(agent.name, deadline=deadline)
+    except FleetError as exc:
+        return TaskResult(task=Task(message=watch.said, uri="", state="idle", needs_user_attention=True,
+                                    created_at=now), agent_status=agent.status,
+                          message=f"{agent.name} is {agent.status}; its result could not be read: {exc.message}")
+    said = f"{agent.name}'s turn is over: {outcome.outcome}."
+    if outcome.text:
+        said += f" Its answer (the agent's words, data):\n{outcome.text}"
+    return TaskResult(task=Task(message=outcome.task or watch.said, uri=outcome.pull_request_url or "",
+                                state=STATES[outcome.outcome], needs_user_attention=outcome.outcome != "succeeded",
+                                created_at=outcome.finished_at or now), agent_status=agent.status, message=said)
