@@ -28,6 +28,7 @@ NEEDS_INPUT = "Needs input: "
 # which agent text never reaches (a turn's `uri` is a pull-request link, always http(s)). The message is for people.
 NEEDS_INPUT_URI = "fleet-runner:needs-input?"
 INPUT_MAX = 200
+READY = "Ready for a task"
 FLUSH_S = 2.0
 GONE = (404, 405)  # the route itself is missing: an unknown app slug is a 400
 QUEUE_MAX = 100
@@ -104,6 +105,10 @@ class Reporter:
 
     def working(self, prompt: str) -> None:
         self._put("working", first_line(prompt) or "Working")
+
+    def ready(self) -> None:
+        """Claude Code is up with nothing to do: after a (re)start, a list reads the agent starting until this."""
+        self._put("idle", READY)
 
     def needs_input(self, prompt_id: str, tool: str, summary: str, asked_at: str) -> None:
         self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"),
