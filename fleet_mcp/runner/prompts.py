@@ -15,13 +15,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import runner_wire as wire
+from ..runner_wire import ANSWERED_KEPT, INPUT_MAX
 from .store import now_iso
 
-__all__ = ["ANSWERED_KEPT", "INPUT_MAX", "Conflict", "Pending", "PromptChanged", "Prompts", "StalePrompt",
-           "digest_of", "shown_input"]
-
-ANSWERED_KEPT = 50  # answered prompts remembered, so a caller whose reply was lost can learn what became of it
-INPUT_MAX = 65536  # characters of a prompt's input shown, as JSON text; past it strings are cut (`truncated`)
+__all__ = ["Conflict", "InputCut", "Pending", "PromptChanged", "Prompts", "StalePrompt", "digest_of", "shown_input"]
 
 
 def _json(value: Any) -> str:
@@ -81,18 +79,19 @@ class Pending:
     input_chars: int = 0
     digest: str = ""
 
-    def json(self) -> dict[str, Any]:
-        return {"id": self.id, "tool": self.tool, "summary": self.summary, "input": self.input,
-                "input_truncated": self.truncated, "input_chars": self.input_chars, "digest": self.digest,
-                "since": self.since}
+    def shown(self) -> wire.Pending:
+        """As `/state` and a refused answer show it: whole."""
+        return wire.Pending(id=self.id, tool=self.tool, summary=self.summary, input=self.input,
+                            input_truncated=self.truncated, input_chars=self.input_chars, digest=self.digest,
+                            since=self.since)
 
 
 class StalePrompt(Conflict):
     """An answer named a prompt that no longer waits; `pending` is what waits now (or None)."""
 
-    def __init__(self, prompt_id: str, pending: Pending | None, answered: dict[str, str] | None) -> None:
+    def __init__(self, prompt_id: str, pending: Pending | None, answered: wire.Answered | None) -> None:
         now = f"prompt {pending.id} ({pending.tool}) waits now" if pending else "no prompt waits now"
-        said = f"it was answered {answered['decision']} at {answered['at']}" if answered else "it is not pending"
+        said = f"it was answered {answered.decision} at {answered.at}" if answered else "it is not pending"
         super().__init__("stale_prompt", f"prompt {prompt_id}: {said}; {now}")
         self.pending, self.answered = pending, answered
 
@@ -105,7 +104,7 @@ class PromptChanged(Conflict):
         super().__init__("prompt_changed", f"prompt {pending.id} waits, but not as the answer's sender was shown "
                          f"it: its digest is {pending.digest}. Read it again (its tool and whole input are here) "
                          "and answer with that digest")
-        self.pending = pending
+        self.pending, self.answered = pending, None
 
 
 class InputCut(Conflict):
@@ -114,7 +113,7 @@ class InputCut(Conflict):
     def __init__(self, pending: Pending) -> None:
         super().__init__("input_truncated", f"prompt {pending.id}'s input is {pending.input_chars} characters, "
                          f"shown cut to {INPUT_MAX}: allowing what was not shown whole needs allow_truncated")
-        self.pending = pending
+        self.pending, self.answered = pending, None
 
 
 class Prompts:
@@ -122,7 +121,7 @@ class Prompts:
 
     def __init__(self) -> None:
         self.pending: Pending | None = None
-        self.answered: list[dict[str, str]] = []  # {id, decision, by, at, tool, digest}
+        self.answered: list[wire.Answered] = []
 
     def ask(self, tool: str, tool_input: dict[str, Any], summary: str) -> Pending:
         """A new prompt for `tool` with `tool_input` (`summary`: its one line), waiting from now on."""
@@ -172,11 +171,11 @@ class Prompts:
         self.deny("The turn ended.", "turn_ended")
         self.pending = None
 
-    def answer_of(self, prompt_id: str) -> dict[str, str] | None:
+    def answer_of(self, prompt_id: str) -> wire.Answered | None:
         """How prompt `prompt_id` was answered, if it was lately."""
-        return next((a for a in reversed(self.answered) if a["id"] == prompt_id), None)
+        return next((a for a in reversed(self.answered) if a.id == prompt_id), None)
 
     def note(self, pending: Pending, decision: str, by: str) -> None:
-        self.answered.append({"id": pending.id, "decision": decision, "by": by, "at": now_iso(),
-                              "tool": pending.tool, "digest": pending.digest})
+        self.answered.append(wire.Answered(id=pending.id, decision=decision, by=by, at=now_iso(), tool=pending.tool,
+                                           digest=pending.digest))
         del self.answered[:-ANSWERED_KEPT]

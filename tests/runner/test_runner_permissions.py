@@ -8,7 +8,8 @@ import json
 import pytest
 from runners import needs_sdk, runner_process
 
-from fleet_mcp.runner.prompts import INPUT_MAX, digest_of, shown_input
+from fleet_mcp.runner.prompts import digest_of, shown_input
+from fleet_mcp.runner_wire import INPUT_MAX
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"
