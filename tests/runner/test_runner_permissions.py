@@ -53,7 +53,9 @@ def test_a_permission_answered_allow_runs_the_command(tmp_path, api):
         assert answered.status_code == 200 and answered.json()["state"]["state"] == "working"
         assert answered.json()["state"]["pending"] is None
         said = answered.json()["answered"]  # the answer names the tool and input it allowed
-        assert (said["tool"], said["input"], said["decision"]) == ("Bash", pending["input"], "allow")
+        assert (said["id"], said["tool"], said["input"], said["digest"]) == (asked, "Bash", pending["input"], digest)
+        last = answered.json()["state"]["answered"][-1]
+        assert (last["decision"], last["by"], last["tool"], last["digest"]) == ("allow", "fleet", "Bash", digest)
         runner.wait_turns(1)
         assert (runner.workdir / "permitted.txt").read_text() == "permitted\n"
         assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s)."
