@@ -132,7 +132,7 @@ class Tour:
 
     async def show(self) -> None:
         agent = (await self.call("show_agent", agent_name=BUILDER))["agent"]
-        fields = ["status", "status_source", "driver", "workspace_status", "role", "current_task", "cost_usd",
+        fields = ["status", "status_source", "driver", "workspace_status", "role", "current_task", "total_cost_usd",
                   "problem"]
         rows = [(f, agent[f]) for f in fields]
         rows.append(("pull request", agent["metadata"]["fleet_mcp_pull_request_url"]))
@@ -142,7 +142,7 @@ class Tour:
         r = await self.call("get_agent_result", agent_name=BUILDER)
         self.table(f"get_agent_result {BUILDER}", ["field", "value"],
                    [(f, r[f]) for f in ("outcome", "text", "pull_request_url", "num_turns", "duration_ms",
-                                        "cost_usd", "total_cost_usd")])
+                                        "turn_cost_usd", "total_cost_usd")])
 
     async def follow_up(self) -> None:
         result = await self.call("start_agent_task", agent_name=BUILDER, task_description=FOLLOW_UP)
@@ -180,8 +180,8 @@ class Tour:
                    ["file", "diff (from its first hunk)"],
                    [(f["path"], _cell(f["diff"][max(f["diff"].find("@@"), 0):], 240)) for f in diff["files"]])
         glance = await self.call("show_agents", agent_names=[BUILDER, SLEEPER])
-        self.table("show_agents", ["agent", "status", "last turn", "cost (USD)", "changes"],
-                   [(a["name"], a["status"], a["last_turn"], a["cost_usd"] and round(a["cost_usd"], 4),
+        self.table("show_agents", ["agent", "status", "last turn", "last turn's cost (USD)", "changes"],
+                   [(a["name"], a["status"], a["last_turn"], a["last_turn_cost_usd"],
                      a["changes_summary"])
                     for a in glance["agents"]])
 

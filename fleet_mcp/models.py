@@ -67,11 +67,14 @@ class Metadata(BaseModel):
     fleet_mcp_pull_request_check_status: str | None = None
 
 
+WORKSPACE_STATUS = "The Coder workspace's build status, e.g. pending, running, stopped"
+
+
 class Agent(StatusFacts):
     name: str
     workspace_id: str
     status: AgentStatus
-    workspace_status: str = Field(description="The Coder workspace's build status, e.g. pending, running, stopped")
+    workspace_status: str = Field(description=WORKSPACE_STATUS)
     role: str
     project: str
     spec: str
@@ -82,7 +85,8 @@ class Agent(StatusFacts):
     driver: Literal["runner", "agentapi"] | None = Field(default=None, description="What runs Claude Code in the "
                                                                             "workspace, when known")
     model: str | None = Field(default=None, description="The model the agent was created with (runner)")
-    cost_usd: Usd = Field(default=None, description="What the agent's turns have cost so far (runner)")
+    total_cost_usd: Usd = Field(default=None, description="What all the agent's turns have cost so far, in US "
+                                                        "dollars (runner)")
     last_activity_at: str | None = Field(default=None, description="When the agent last reported work")
     metadata: Metadata
 
@@ -99,6 +103,7 @@ class ShownAgent(BaseModel):
 class AgentSummary(StatusFacts):
     name: str
     status: AgentStatus
+    workspace_status: str = Field(description=WORKSPACE_STATUS)
     current_task: str | None
     project: str
     last_activity_at: str | None = Field(default=None, description="When the agent last reported work, or its "
@@ -210,12 +215,14 @@ class AgentGlance(BaseModel):
     name: str
     status: AgentStatus | None = None
     status_source: StatusSource | None = None
+    workspace_status: str | None = Field(default=None, description=WORKSPACE_STATUS)
     current_task: str | None = None
     latest_output: str | None = Field(default=None,
                                       description="The newest thing the agent said, cut to 300 characters")
     problem: str | None = None
     last_turn: LastTurn | None = Field(default=None, description="How its last finished turn ended")
-    cost_usd: float | None = Field(default=None, description="What its last turn cost (runner)")
+    last_turn_cost_usd: Usd = Field(default=None, description="What its last finished turn cost, in US dollars "
+                                                            "(runner)")
     changes_summary: str | None = Field(default=None, description='What its last turn changed, e.g. "3 files, '
                                                                   '+120 −8, 1 commit" (runner)')
     pending: PendingPrompt | None = None
@@ -239,7 +246,7 @@ class TurnOutcome(BaseModel):
     pull_request_url: str | None = None
     num_turns: int | None = None
     duration_ms: int | None = None
-    cost_usd: Usd = Field(default=None, description="This turn's cost (runner only)")
+    turn_cost_usd: Usd = Field(default=None, description="What this turn cost, in US dollars (runner only)")
     total_cost_usd: Usd = Field(default=None,
                                          description="The agent's cost so far, over all turns (runner only)")
     finished_at: str | None = None

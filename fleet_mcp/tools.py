@@ -82,9 +82,8 @@ async def create_agent(
     deadline: float | None = None,
 ) -> CreatedAgent:
     """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
-    workspace is up (a minute or two). The answer's status is what list_agents says in that moment:
-    `pending` while its build is queued, then `starting`, then `busy` on its spec; `workspace_status` tells the
-    build. Refused with `conflict` when the fleet is at its cap."""
+    workspace is up (a minute or two). It is `busy` from now until its spec's turn ends (every tool says
+    so); `workspace_status` tells where its build is. Refused with `conflict` when the fleet is at its cap."""
     return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
                                   model=model, max_turns=max_turns, max_cost_usd=max_cost_usd,
                                   result_schema=result_schema, deadline=deadline)

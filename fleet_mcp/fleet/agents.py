@@ -200,15 +200,16 @@ class Fleet:
     def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
         agents = []
         for ws in listed:
+            where = ws.latest_build.status or "pending"
             try:
                 task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
-                summary = AgentSummary(name=ws.name, project=ws.template_name,
+                summary = AgentSummary(name=ws.name, project=ws.template_name, workspace_status=where,
                                        last_activity_at=iso(last_activity(ws)),
                                        current_task=task[:LIST_TASK_CHARS] if task else None,
                                        **facts(list_status(ws, self.slugs)))
             except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
                 summary = AgentSummary(name=ws.name, project=ws.template_name, status="unknown",
-                                       status_source="app status", current_task=None,
+                                       workspace_status=where, status_source="app status", current_task=None,
                                        problem=own_problem(ws.name, exc).message)
             if status and summary.status != status:
                 continue
@@ -345,7 +346,7 @@ def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current:
         updated_at=iso(ws.updated_at or ws.created_at) or "", **facts(status),
         problem=problem if problem is not None else status.problem,
         driver=driver.kind if driver else None,
-        model=model, cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
+        model=model, total_cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
         last_activity_at=iso(last_activity(ws)),
         metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,
                           fleet_mcp_agent_spec=params.get(SPEC, ""), fleet_mcp_current_task=current,

@@ -59,10 +59,12 @@ class Turns:
             queued = False
         except DriverError as exc:
             raise refused(name, exc, if_busy=if_busy) from None
-        queued = queued or live.state == "starting"  # the runner holds it until Claude Code is up
+        starting = live.state == "starting"  # the runner holds it until Claude Code is up
+        queued = queued or starting
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
                     created_at=_now())
-        said = (f"Task queued for agent {name!r}; it starts when the current turn ends." if queued
+        said = (f"Task queued for agent {name!r}; it starts once Claude Code is up." if starting
+                else f"Task queued for agent {name!r}; it starts when the current turn ends." if queued
                 else f"Task sent to agent {name!r}.")
         return TaskResult(task=task, agent_status="busy", message=said)
 
@@ -286,7 +288,7 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: DriverKin
     return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, stop_reason=reason,
                        text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr,
                        num_turns=turn.num_turns,
-                       duration_ms=turn.duration_ms, cost_usd=turn.cost_usd, total_cost_usd=total,
+                       duration_ms=turn.duration_ms, turn_cost_usd=turn.cost_usd, total_cost_usd=total,
                        finished_at=iso(turn.finished_at), driver=driver,
                        changes=changes, structured=turn.structured,
                        changes_unavailable=None if changes else turn.changes_unavailable or "The runner recorded "

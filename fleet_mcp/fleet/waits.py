@@ -211,7 +211,8 @@ class Waits:
         if driver is None:
             status = list_status(ws, self.fleet.slugs)
             return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
-                               current_task=task, problem=status.problem)
+                               workspace_status=ws.latest_build.status or "pending", current_task=task,
+                               problem=status.problem)
         reused = early[1] if early is not None and same_reach(early[0], driver) else None
         live, unreachable, messages = await (reused or self._details(driver, deadline))
         if driver.kind == "runner":  # only the runner says live what the reports cannot: a pending permission
@@ -227,10 +228,11 @@ class Waits:
         else:
             asked = [m.content for m in messages or [] if m.role == "user"]
             current, output = (asked[-1] if asked and messages is not None else task), _preview(messages)
-        return AgentGlance(name=ws.name, status=status.value, status_source=status.source, current_task=current,
+        return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
+                           workspace_status=ws.latest_build.status or "pending", current_task=current,
                            problem=status.problem, latest_output=output,
                            last_turn=(live.last_turn if live and live.last_turn else status.last_turn),
-                           cost_usd=live.last_cost_usd if live else None,
+                           last_turn_cost_usd=live.last_cost_usd if live else None,
                            changes_summary=live.changes_summary if live else None,
                            pending=prompt(status.pending) if status.value == "needs_input" else None)
 

@@ -1,5 +1,7 @@
-"""App statuses to Coder, as its own reporter sends them: PATCH /api/v2/workspaceagents/me/app-status
-with the workspace agent's token. In order, one at a time, never blocking a turn."""
+"""App statuses to Coder, as its own reporter sends them: through Coder's CLI (`coder exp mcp server`'s
+`coder_report_task`, over the agent socket) where the workspace has it, else (and whenever the CLI fails)
+PATCH /api/v2/workspaceagents/me/app-status with the workspace agent's token. In order, one at a time,
+never blocking a turn."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ import asyncio
 import contextlib
 import logging
 import re
+from contextlib import AsyncExitStack
 from urllib.parse import urlencode
 
 import httpx
+
+from .coder_cli import CoderCLI
 
 __all__ = ["NEEDS_INPUT_URI", "PR_LINK", "Reporter", "first_line", "needs_input_uri", "pull_request_url"]
 
@@ -23,6 +28,7 @@ NEEDS_INPUT = "Needs input: "
 # which agent text never reaches (a turn's `uri` is a pull-request link, always http(s)). The message is for people.
 NEEDS_INPUT_URI = "fleet-runner:needs-input?"
 INPUT_MAX = 200
+READY = "Ready for a task"
 FLUSH_S = 2.0
 GONE = (404, 405)  # the route itself is missing: an unknown app slug is a 400
 QUEUE_MAX = 100
@@ -53,17 +59,30 @@ class Reporter:
 
     def __init__(self, agent_url: str | None, token: str | None, slug: str) -> None:
         self.enabled = bool(agent_url and token)
-        self._url = f"{(agent_url or '').rstrip('/')}/api/v2/workspaceagents/me/app-status"
+        self._agent_url = (agent_url or "").rstrip("/")
+        self._url = f"{self._agent_url}/api/v2/workspaceagents/me/app-status"
         self._token = token or ""
         self._slug = slug
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
         self._failing = False
         self._gone = False
         self._task: asyncio.Task[None] | None = None
+        self._cli: CoderCLI | None = None
+        self._cli_task: asyncio.Task[None] | None = None
+        self._cli_settled = asyncio.Event()
 
     def start(self) -> None:
         if self.enabled:
             self._task = asyncio.create_task(self._send_all())
+            self._cli_task = asyncio.create_task(self._keep_cli())
+
+    async def route(self) -> str:
+        """How statuses go once Coder's CLI has started or failed to (waited for): "cli" or "patch"; "off"
+        when the reporter is not running. Until then they go with PATCH: the CLI's start delays none."""
+        if self._cli_task is None:
+            return "off"
+        await self._cli_settled.wait()
+        return "cli" if self._cli is not None else "patch"
 
     async def stop(self) -> None:
         """Sends what is queued (a few seconds at most), then stops."""
@@ -71,9 +90,11 @@ class Reporter:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._queue.join(), 5)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        for task in (self._task, self._cli_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def delivered(self, within_s: float = FLUSH_S) -> None:
         """Wait (bounded) until what is queued has reached Coder, so an answer given after it is not
@@ -84,6 +105,10 @@ class Reporter:
 
     def working(self, prompt: str) -> None:
         self._put("working", first_line(prompt) or "Working")
+
+    def ready(self) -> None:
+        """Claude Code is up with nothing to do: after a (re)start, a list reads the agent starting until this."""
+        self._put("idle", READY)
 
     def needs_input(self, prompt_id: str, tool: str, summary: str, asked_at: str) -> None:
         self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"),
@@ -110,11 +135,31 @@ class Reporter:
         except asyncio.QueueFull:
             log.warning("app status %s dropped: Coder is not taking statuses", state)
 
+    async def _keep_cli(self) -> None:
+        """Start Coder's CLI and keep it (its client lives in this task) until the reporter stops."""
+        async with AsyncExitStack() as stack:
+            try:
+                self._cli = await CoderCLI.open(stack, self._slug, self._agent_url, self._token)
+            finally:
+                self._cli_settled.set()
+            if self._cli is not None:
+                await asyncio.get_running_loop().create_future()  # until cancelled: the stack then ends the CLI
+
     async def _send_all(self) -> None:
         async with httpx.AsyncClient(timeout=10, headers={"Coder-Session-Token": self._token}) as client:
             while True:
                 body = await self._queue.get()
                 try:
+                    if (cli := self._cli) is not None:
+                        try:
+                            await cli.report(body["state"], body["message"], body["uri"])
+                            continue
+                        except Exception as exc:  # noqa: BLE001 - whatever broke, the PATCH still reports
+                            log.warning("app statuses: `coder exp mcp server` failed (%s): reporting with PATCH "
+                                        "from now on", type(exc).__name__)
+                            self._cli = None
+                            if self._cli_task is not None:
+                                self._cli_task.cancel()
                     await self._send(client, body)
                 finally:
                     self._queue.task_done()

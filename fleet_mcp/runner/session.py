@@ -166,10 +166,11 @@ class Conversation:
                 schema = typed.schema_of(self.saved.queue[0]) if self.saved.queue else None
                 options = sdk.options(self.settings, self.saved.session_id, self._can_use_tool, schema)
                 async with ClaudeSDKClient(options) as client:
-                    self._client, self._schema = client, schema
-                    self.error = None
+                    self._client, self._schema, self.error = client, schema, None
                     self._set_state("idle")
                     self._next()
+                    if self.state == "idle":  # nothing to do: every list learns from Coder that it is ready
+                        self.reporter.ready()
                     # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
                     reader = self._reader = asyncio.create_task(self._read(client))
                     if await self._until_closing(reader):

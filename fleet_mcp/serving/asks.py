@@ -42,9 +42,8 @@ async def forms(services: Services, waiting: list[WaitedAgent], *, deadline: flo
         pending = agent.pending
         if pending is None or not pending.prompt_id:
             continue
-        message = (f"Fleet agent {agent.name} asks permission to use the tool {pending.tool}.\n\n"
-                   f"The tool's input, as the agent gave it (its words: data, not an instruction):\n"
-                   f"{pending.input}\n\nAllow it?")
+        message = (f"Fleet agent {agent.name} asks to use {pending.tool} with this input (the agent's words: data, "
+                   f"not an instruction):\n{pending.input}")
         asked[f"{agent.name}/{pending.prompt_id}"] = ElicitRequest(
             params=ElicitRequestFormParams(message=message, requested_schema=FORM))
     return asked

@@ -120,6 +120,12 @@ async def test_real_runners_follow_their_workspaces(conformance):
         assert shown["latest_app_status"]["state"] == "idle"  # the runner's own reports reached Coder
         assert {s["state"] for s in fleet_app["statuses"]} >= {"working", "complete", "idle"}
 
+        async def pinged():  # the runner started the workspace's `coder` CLI, which pinged its agent
+            routes = (await coder.get("/emulator/requests")).json()["routes"]
+            return routes.get("POST /api/v2/workspaceagents/me/rpc/{method}", 0) >= 1
+
+        await until(pinged, "the runner to start Coder's CLI")
+
         await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "stop"})
         await until(lambda: _status(coder, ws["id"], "stopped"), "the stop build")
         await until(lambda: _true(gone(runner["pid"])), "the runner to exit")

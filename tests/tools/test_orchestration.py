@@ -176,7 +176,7 @@ async def test_results_of_a_finished_a_failed_and_an_interrupted_turn(tools, emu
                ("halted", "Forever [[hang]]"), settle=60)
     fine = await tools("get_agent_result", agent_name="fine")
     assert fine["outcome"] == "succeeded" and "/pull/" in fine["pull_request_url"]
-    assert fine["truncated"] is False and fine["text"] and fine["cost_usd"] is None
+    assert fine["truncated"] is False and fine["text"] and fine["turn_cost_usd"] is None
     broken = await tools("get_agent_result", agent_name="broken")
     assert broken["outcome"] == "failed"
     assert (await tools.error("get_agent_result", agent_name="halted"))["error"] == "bad_request"

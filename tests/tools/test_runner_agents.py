@@ -20,7 +20,8 @@ async def test_a_runner_agent_through_its_turns(conformance, app_mode):
     async with runner_fleet(conformance, app_mode) as (tools, coder):
         made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                            model="haiku")
-        assert made["agent"]["status"] == "pending"
+        assert (made["agent"]["status"], made["agent"]["current_task"]) == ("busy", "Write the notes")  # the contract
+        assert made["agent"]["workspace_status"] in ("pending", "running")
         waited = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)
         assert waited["met"] == ["sdk-one"] and waited["agents"][0]["last_turn"] == "succeeded"
         assert (await disk(coder, "sdk-one") / "step-1.txt").is_file()  # Claude Code really wrote it
@@ -28,7 +29,7 @@ async def test_a_runner_agent_through_its_turns(conformance, app_mode):
         shown = (await tools("show_agent", agent_name="sdk-one"))["agent"]
         assert (shown["status"], shown["driver"], shown["model"]) == ("idle", "runner", "haiku")
         assert shown["metadata"]["fleet_mcp_model"] == "haiku"
-        assert shown["cost_usd"] > 0 and shown["status_source"] == "driver"
+        assert shown["total_cost_usd"] > 0 and shown["status_source"] == "driver"
         listed = (await tools("list_agents"))["agents"][0]
         assert (listed["status"], listed["last_turn"]) == ("idle", "succeeded")
         states = [t["state"] for t in (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]]
@@ -37,10 +38,13 @@ async def test_a_runner_agent_through_its_turns(conformance, app_mode):
         assert {"user", "assistant", "tool_use"} <= {m["role"] for m in log}
         result = await tools("get_agent_result", agent_name="sdk-one")
         assert result["outcome"] == "succeeded" and result["driver"] == "runner" and result["text"]
-        assert result["cost_usd"] > 0 and result["total_cost_usd"] == pytest.approx(result["cost_usd"])
+        # One turn so far: each figure named for what it is, and each the same money, to a millionth.
+        assert result["turn_cost_usd"] > 0 and result["total_cost_usd"] == result["turn_cost_usd"]
+        assert shown["total_cost_usd"] == result["total_cost_usd"]
         assert result["num_turns"] >= 1 and result["duration_ms"] > 0
         glance = (await tools("show_agents", agent_names=["sdk-one"]))["agents"][0]
-        assert glance["status"] == "idle" and glance["latest_output"]
+        assert glance["status"] == "idle" and glance["latest_output"] and glance["workspace_status"] == "running"
+        assert glance["last_turn_cost_usd"] == result["turn_cost_usd"]
 
         sent = await tools("start_agent_task", agent_name="sdk-one", task_description="Keep going [[hang]]")
         assert sent["agent_status"] == "busy"
@@ -68,7 +72,11 @@ async def test_a_runner_agent_through_its_turns(conformance, app_mode):
         last = await tools("get_agent_result", agent_name="sdk-one")
         assert last["task"] == "Then this [[permission]] [[pr]]" and "/pull/" in last["pull_request_url"]
         assert last["total_cost_usd"] > result["total_cost_usd"]  # cost sums over the turns
-        assert last["total_cost_usd"] == round(last["total_cost_usd"], 6)  # to a millionth: no float noise
+        figures = [last["total_cost_usd"], last["turn_cost_usd"],
+                   (await tools("show_agent", agent_name="sdk-one"))["agent"]["total_cost_usd"],
+                   (await tools("show_agents", agent_names=["sdk-one"]))["agents"][0]["last_turn_cost_usd"]]
+        assert figures[2] == figures[0] and figures[3] == figures[1] < figures[0]
+        assert all(f == round(f, 6) for f in figures), figures  # money to a millionth: no float noise
         history = (await tools("show_agent_task_history", agent_name="sdk-one"))["tasks"]
         # The canceled turn stays (a failure: with a queued task next, no idle may say the agent waits).
         assert ("failure", "Interrupted: Keep going [[hang]]") in [(t["state"], t["message"]) for t in history]
@@ -136,9 +144,12 @@ async def test_stop_start_resumes_and_budgets_end_turns(conformance):
         stopped = await tools("wait_for_agents", agent_names=["sdk-keep"], until="stopped", **WAIT)
         assert stopped["met"] == ["sdk-keep"]
         await tools("start_agent", agent_name="sdk-keep")
-        await tools("wait_for_agents", agent_names=["sdk-keep"], **WAIT)
+        ready = (await tools("wait_for_agents", agent_names=["sdk-keep"], **WAIT))["agents"][0]
+        # Idle means ready for a task: not before its runner has Claude Code up again, and since when it is.
+        assert ready["status"] == "idle" and ready["status_since"], ready
+        assert (await tools("show_agent", agent_name="sdk-keep"))["agent"]["status"] == "idle"
         sent = await tools("start_agent_task", agent_name="sdk-keep", task_description="Which word? [[edit:w.txt]]")
-        assert sent.get("agent_status") == "busy", sent
+        assert (sent["agent_status"], sent["task"]["state"]) == ("busy", "working"), sent
         await tools("wait_for_agents", agent_names=["sdk-keep"], **WAIT)
         requests = (await coder.get("/emulator/anthropic/requests")).json()
         follow_up = next((r for r in reversed(requests["requests"]) if "Which word?" in str(r)), None)

@@ -80,8 +80,8 @@ async def statuses(tools, name: str) -> set[str]:
 
 async def test_one_status_per_moment_from_create_to_stop_and_start(tools, emulator):
     made = (await tools("create_agent", name="moment", project="fleet-demo", spec="Work [[finish:1]]"))["agent"]
-    assert (made["status"], made["status_source"], made["workspace_status"]) == ("pending", "build", "pending")
-    assert await statuses(tools, "moment") == {"pending"}  # as the README's diagram says: pending, then starting
+    assert (made["status"], made["status_source"], made["workspace_status"]) == ("busy", "build", "pending")
+    assert await statuses(tools, "moment") == {"busy"}  # as the README's diagram says: busy on its spec at once
     emulator.advance(30)
     assert await statuses(tools, "moment") == {"idle"}
     stopping = (await tools("stop_agent", agent_name="moment"))["agent"]

@@ -19,7 +19,7 @@ from .state import Agent, App, AppStatus, Workspace, new_id
 if TYPE_CHECKING:
     from .backend import Backend
 
-__all__ = ["STATES", "authenticate_agent", "patch_app_status", "record_status", "sanitize"]
+__all__ = ["STATES", "authenticate_agent", "patch_app_status", "record_status", "sanitize", "update_app_status"]
 
 STATES = ("working", "idle", "complete", "failure")
 MAX_MESSAGE = 160  # bytes, as Go's len() counts
@@ -79,6 +79,25 @@ def patch_app_status(b: Backend, ws: Workspace, agent: Agent, body: object) -> A
     if app is None:
         raise CoderError(400, "Failed to get workspace app.", f'No app found with slug "{slug}"')
     return record_status(b, ws, agent, app, state.lower(), sanitize(message), str(data.get("uri", "")))
+
+
+def update_app_status(b: Backend, ws: Workspace, agent: Agent, body: object) -> AppStatus:
+    """The Agent API's `UpdateAppStatus` (coderd/agentapi/apps.go), reached as a workspace agent reaches it
+    for `coder exp mcp server` through its socket: `{slug, state (WORKING|IDLE|COMPLETE|FAILURE), message,
+    uri}`, checked in that RPC's order; refusals change nothing."""
+    data = body if isinstance(body, dict) else {}
+    message, state = str(data.get("message") or ""), str(data.get("state") or "")
+    if len(message.encode()) > MAX_MESSAGE:
+        detail = "Message must be less than 160 characters."
+        raise CoderError(400, "Message is too long.", detail, validations=[{"field": "message", "detail": detail}])
+    if state not in {s.upper() for s in STATES}:
+        raise CoderError(400, "Invalid state provided.", f"invalid state: {state!r}", validations=[
+            {"field": "state", "detail": "State must be one of: complete, failure, working, idle."}])
+    slug = str(data.get("slug") or "")
+    app = next((a for a in agent.apps if a.slug == slug), None)
+    if app is None:
+        raise CoderError(400, "Failed to get workspace app.", f'No app found with slug "{slug}"')
+    return record_status(b, ws, agent, app, state.lower(), sanitize(message), str(data.get("uri") or ""))
 
 
 def _decode(body: object) -> dict:

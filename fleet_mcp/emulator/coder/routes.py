@@ -30,12 +30,13 @@ def _version_header(backend: Backend) -> dict[str, str]:
 
 
 def token_of(request: Request) -> str | None:
-    token = request.headers.get("coder-session-token")
+    """`httpmw.APITokenFromRequest`, in its order: the `coder_session_token` cookie, then query parameter,
+    the `Coder-Session-Token` header, a Bearer token, the `access_token` query parameter."""
     auth = request.headers.get("authorization", "")
-    if not token and auth.lower().startswith("bearer "):
-        token = auth[7:].strip()
-    return (token or request.cookies.get("coder_session_token")
-            or request.query_params.get("coder_session_token") or None)
+    bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    return (request.cookies.get("coder_session_token") or request.query_params.get("coder_session_token")
+            or request.headers.get("coder-session-token") or bearer
+            or request.query_params.get("access_token", "").strip() or None)
 
 
 def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth: bool = True) -> Route:
@@ -234,6 +235,19 @@ async def patch_app_status(request: Request, b: Backend, _: User | None) -> Resp
     return JSONResponse(None)  # Coder writes `null` here
 
 
+async def agent_rpc(request: Request, b: Backend, _: User | None) -> Response:
+    """The emulator's stand-in for the Agent API a workspace agent holds open to coderd (dRPC over
+    `/api/v2/workspaceagents/me/rpc`), which the agent socket forwards to: one JSON POST per RPC, with the
+    agent's token. `Ping` and `UpdateAppStatus`, for the emulated `coder exp mcp server`."""
+    ws, agent = appstatus.authenticate_agent(b, token_of(request))
+    method = request.path_params["method"]
+    if method == "UpdateAppStatus":
+        appstatus.update_app_status(b, ws, agent, await read_any_json(request))
+    elif method != "Ping":
+        raise CoderError(404, f"Unknown RPC {method[:40]!r}.")
+    return JSONResponse({})
+
+
 def coder_routes(b: Backend) -> list[Route]:
     v2 = "/api/v2"
     table: list[tuple[str, str, Handler]] = [
@@ -264,7 +278,8 @@ def coder_routes(b: Backend) -> list[Route]:
         ("PATCH", "/workspacebuilds/{workspacebuild}/cancel", cancel_build),
     ]
     routes = [endpoint(b, "GET", f"{v2}/buildinfo", buildinfo, auth=False),
-              endpoint(b, "PATCH", f"{v2}/workspaceagents/me/app-status", patch_app_status, auth=False)]
+              endpoint(b, "PATCH", f"{v2}/workspaceagents/me/app-status", patch_app_status, auth=False),
+              endpoint(b, "POST", f"{v2}/workspaceagents/me/rpc/{{method}}", agent_rpc, auth=False)]
     routes += [endpoint(b, method, v2 + path, handler) for method, path, handler in table]
     for prefix in (v2, "/api/experimental"):  # each router answers its own unknown routes
         routes.append(Route(prefix + "/{rest:path}", _not_found(b), methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))

@@ -41,18 +41,21 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["RUNNER_SLUG", "RunnerForward", "Runners", "first_line"]
+__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder"]
 
 log = logging.getLogger("fleet_mcp.emulator")
 
 RUNNER_SLUG = "fleet"
+BIN = "bin"  # beside the workspaces' directories: what every workspace has on its PATH (Coder's CLI)
 START_WAIT_S = 30.0
 STOP_WAIT_S = 10.0
 POLL_S = 1.0
 # Variables of the emulator's own environment a runner must not inherit: it gets its own.
 PRIVATE = ("FLEET_RUNNER_", "FLEET_MCP_", "ANTHROPIC_", "CLAUDE", "CODER_")
-HOP_BY_HOP = {"content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
-              "coder-session-token", "cookie", "authorization"}
+# What a reverse proxy does not pass on (Go's httputil.ReverseProxy; the length is the body's own). Coder's app
+# proxy passes every other header on, credentials included: only Coder's own cookies are taken out before.
+HOP_BY_HOP = {"content-length", "connection", "proxy-connection", "keep-alive", "proxy-authenticate",
+              "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"}
 
 
 @dataclass
@@ -114,6 +117,7 @@ class Runners:
             raise RuntimeError("agent_runtime='runner' needs the emulator served on a socket (its URL is the "
                                "runners' CODER_AGENT_URL): use app.running() or `fleet-mcp emulator`")
         self.root = Path(tempfile.mkdtemp(prefix="fleet-emulator-"))
+        install_coder(self.root / BIN)  # as a workspace has Coder's CLI: `coder exp mcp server` reports
         self._wake = asyncio.Event()
         try:
             while True:
@@ -132,7 +136,7 @@ class Runners:
         for ws_id in [w for w in self.procs if w not in self.backend.workspaces]:  # forgotten by a reset
             await self._retire(ws_id)
         if self.root:
-            for disk in [d for d in self.root.iterdir() if d.name not in self.backend.workspaces]:
+            for disk in [d for d in self.root.iterdir() if d.name not in (*self.backend.workspaces, BIN)]:
                 await asyncio.to_thread(shutil.rmtree, disk, True)
         for ws in list(self.backend.workspaces.values()):
             wanted = self._wanted(ws)
@@ -195,6 +199,7 @@ class Runners:
             "ANTHROPIC_API_KEY": "emulator",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "HOME": str(disk / "home"),
+            "PATH": os.pathsep.join([str(disk.parent / BIN), env.get("PATH", os.defpath)]),
             # As the template does: on the home volume, outside the project's git tree.
             "FLEET_RUNNER_STATE_FILE": str(disk / "home" / ".fleet-runner" / "state.json"),
         }
@@ -303,6 +308,14 @@ def _verifier(value: str) -> str:
     if not value:
         return ""
     return value.split(".")[1] if "." in value else hashlib.sha256(value.encode()).hexdigest()
+
+
+def install_coder(bin_dir: Path) -> None:
+    """Write the `coder` executable a runner finds on its PATH (the emulated CLI: coder_cli.py)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "coder"
+    script.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m fleet_mcp.emulator.runners.coder_cli \"$@\"\n")
+    script.chmod(0o755)
 
 
 def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:

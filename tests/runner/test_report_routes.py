@@ -1,0 +1,114 @@
+"""Which way app statuses reach Coder: through Coder's CLI (`coder exp mcp server`'s `coder_report_task`,
+over the agent socket) where the workspace has it, else through the deprecated PATCH route. The runner's
+reporter runs in-process against the emulator; the CLI is the emulator's, as its runner workspaces get it."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+from fastmcp.exceptions import ToolError
+from runners import WAIT_S, served
+from support import TOKEN
+
+from fleet_mcp.emulator import Emulator
+from fleet_mcp.emulator.runners.runtime import install_coder
+from fleet_mcp.runner.report import Reporter
+
+pytestmark = pytest.mark.system  # the CLI is a process
+WORKSPACE, SLUG = "dev-box", "code-server"
+PATCH, RPC = "PATCH /api/v2/workspaceagents/me/app-status", "POST /api/v2/workspaceagents/me/rpc/{method}"
+PR = "https://github.com/example/repo/pull/7"
+
+
+@pytest.fixture(scope="module")
+def coder() -> Iterator[httpx.Client]:
+    with served(Emulator(token=TOKEN).app) as url, httpx.Client(base_url=url, timeout=10,
+                                                              headers={"Coder-Session-Token": TOKEN}) as client:
+        yield client
+
+
+@pytest.fixture
+def fresh(coder) -> httpx.Client:
+    assert coder.post("/emulator/reset").status_code == 200
+    return coder
+
+
+async def _statuses(coder: httpx.Client, count: int) -> list[tuple[str, str, str]]:
+    """The app's statuses, oldest first, once there are `count` (the reporter runs on this event loop)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        ws = coder.get(f"/api/v2/users/me/workspace/{WORKSPACE}").json()
+        app = next(a for a in ws["latest_build"]["resources"][0]["agents"][0]["apps"] if a["slug"] == SLUG)
+        if len(app["statuses"]) >= count:
+            return [(s["state"], html.unescape(s["message"]), s["uri"]) for s in reversed(app["statuses"])]
+        assert time.monotonic() < deadline, f"waited for {count} statuses; got {app['statuses']}"
+        await asyncio.sleep(0.05)
+
+
+async def _report_a_turn(coder: httpx.Client) -> list[tuple[str, str, str]]:
+    token = coder.get(f"/emulator/agents/{WORKSPACE}/token").json()["token"]
+    reporter = Reporter(str(coder.base_url), token, SLUG)
+    reporter.start()
+    try:
+        await reporter.route()  # the CLI started, or could not: until then statuses go with PATCH
+        reporter.working("Ship it")
+        reporter.finished(f"Opened {PR}", False, PR)
+        return await _statuses(coder, 3)
+    finally:
+        await reporter.stop()
+
+
+def _routes(coder: httpx.Client) -> dict[str, int]:
+    routes = coder.get("/emulator/requests").json()["routes"]
+    return {"patch": routes.get(PATCH, 0), "agent_api": routes.get(RPC, 0)}
+
+
+TURN = [("working", "Ship it", ""), ("complete", f"Opened {PR}", PR), ("idle", f"Opened {PR}", PR)]
+
+
+async def test_a_workspace_with_coders_cli_reports_through_it(fresh, tmp_path, monkeypatch):
+    install_coder(tmp_path / "bin")
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "bin"), os.environ["PATH"]]))
+    assert await _report_a_turn(fresh) == TURN
+    assert _routes(fresh) == {"patch": 0, "agent_api": 4}  # the CLI's ping, then the three statuses
+
+
+async def test_without_the_cli_or_its_agent_socket_the_patch_reports(fresh, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if not Path(p, "coder").exists()))
+    assert await _report_a_turn(fresh) == TURN
+    assert _routes(fresh) == {"patch": 3, "agent_api": 0}
+    install_coder(tmp_path / "bin")  # now the CLI is there, but its agent socket does not answer
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "bin"), os.environ["PATH"]]))
+    fresh.post("/emulator/reset")  # which clears faults and counts
+    assert fresh.post("/emulator/faults", json={"match": RPC, "kind": "status", "code": 502}).status_code == 201
+    assert await _report_a_turn(fresh) == TURN
+    assert _routes(fresh) == {"patch": 3, "agent_api": 0}
+    assert fresh.get("/emulator/faults").json()["faults"][0]["fired"] == 1  # the CLI's ping, refused
+
+
+async def test_the_emulated_cli_names_its_tool_and_arguments_as_coders(fresh, tmp_path):
+    coder_bin = tmp_path / "bin" / "coder"
+    install_coder(coder_bin.parent)
+    token = fresh.get(f"/emulator/agents/{WORKSPACE}/token").json()["token"]
+    env = {"PATH": os.environ["PATH"], "CODER_AGENT_URL": str(fresh.base_url), "CODER_AGENT_TOKEN": token,
+           "CODER_MCP_APP_STATUS_SLUG": SLUG}
+    async with Client(StdioTransport(str(coder_bin), ["exp", "mcp", "server"], env=env)) as cli:
+        (tool,) = await cli.list_tools()
+        assert tool.name == "coder_report_task" and tool.description.startswith("Report progress on your work.")
+        assert sorted(tool.input_schema["required"]) == ["link", "state", "summary"]
+        assert tool.input_schema["properties"]["state"]["enum"] == ["working", "complete", "idle", "failure"]
+        with pytest.raises(ToolError, match="summary must be less than 160 characters"):
+            await cli.call_tool("coder_report_task", {"summary": "x" * 161, "link": "", "state": "working"})
+        answer = await cli.call_tool("coder_report_task", {"summary": "Tests pass", "link": "", "state": "idle"})
+        assert answer.data == {"message": "Thanks for reporting!"}
+        assert await _statuses(fresh, 1) == [("idle", "Tests pass", "")]
