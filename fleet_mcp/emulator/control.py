@@ -60,6 +60,7 @@ def control_routes(control: Control, proxy: AppProxy) -> list[Route]:
 
     async def reset(request: Request) -> Response:
         control.reset((await _body(request)).get("seed", "demo"))
+        proxy.listener = ""  # the apps' own servers again
         return JSONResponse({"ok": True, "now": b.now().isoformat()})
 
     async def clock(request: Request) -> Response:

@@ -75,8 +75,12 @@ async def test_the_app_gets_every_header_cookie_and_query_but_coders_cookies(emu
 async def test_only_the_cookie_gets_through_stripped_to_nothing(emulator):
     async with listening(emulator) as client:
         r = await client.post(f"{HAND_MADE}/message", json={}, headers={"Cookie": f"coder_session_token={TOKEN}"})
-    assert r.status_code == 200, r.text  # a cookie alone authenticates a POST: CSRF is only for /api
-    assert TOKEN not in r.text and dict(r.json()["headers"])["cookie"] == ""  # Go adds the stripped header back
+        assert r.status_code == 200, r.text  # a cookie alone authenticates a POST: CSRF is only for /api
+        assert TOKEN not in r.text and dict(r.json()["headers"])["cookie"] == ""  # Go adds the stripped header back
+        await client.post("/emulator/reset", json={})
+        assert (await client.get("/emulator/app-listener")).json() == {"url": None}  # a reset forgets it
+        r = await client.get(f"{HAND_MADE}/status", headers={"Cookie": f"coder_session_token={TOKEN}"})
+    assert r.json()["status"] == "stable"  # AgentAPI itself again
 
 
 def cookie_for(form: str) -> str:
@@ -118,3 +122,19 @@ async def test_the_runner_forward_passes_credentials_on_as_coder_does():
         await RunnerForward(client, url, "/state")(scope, receive, send)
     got = dict(httpx.Response(200, content=sent[-1]["body"]).json()["headers"])
     assert (got["coder-session-token"], got["authorization"], got["cookie"]) == ("t", "Bearer b", "theme=dark")
+
+
+async def test_an_api_write_with_the_cookie_needs_the_same_token_beside_it(coder):
+    """Coder's CSRF check, under /api only: why the fleet never sends its API requests the cookie."""
+    stop = {"transition": "stop"}
+    ws = (await coder.get("/api/v2/users/me/workspace/hand-made")).json()
+    builds = f"/api/v2/workspaces/{ws['id']}/builds"
+    alone = await coder.post(builds, json=stop, headers={"Coder-Session-Token": "", "Cookie": f"coder_session_token={TOKEN}"})
+    assert alone.status_code == 400 and alone.text.startswith("Something is wrong with your CSRF token")
+    other = await coder.post(builds, json=stop, headers={"Cookie": "coder_session_token=another-token"})
+    assert other.status_code == 400 and other.text.startswith("CSRF error encountered")
+    read = await coder.get(f"/api/v2/workspaces/{ws['id']}",
+                           headers={"Coder-Session-Token": "", "Cookie": f"coder_session_token={TOKEN}"})
+    assert read.status_code == 200  # reads are never checked
+    same = await coder.post(builds, json=stop, headers={"Cookie": f"coder_session_token={TOKEN}"})
+    assert same.status_code == 201, same.text
