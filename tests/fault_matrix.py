@@ -118,8 +118,9 @@ ALL_UNAV = ("unav",) * 17
 ALL_UNAUTH = ("unauth",) * 17
 OFFLINE = ("ok", "ok", "offline", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
            "ok", "offline", "bad", "bad", "ok", "ok", "bad")
-PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok",  # a glance fails as show does
-              "ok", "unav", "unav", "unav", "ok", "unav", "bad")
+# show_agents answers each agent's failure in its entry (issue 30.3), where show_agent fails whole.
+PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok",
+              "ok", "unav", "unav", "unav", "ok", "ok", "bad")
 WRITE_FAILS = ("unav", "ok", "busy", "ok", "ok", "unav", "unav", "unav", "ok", "ok",
                "unav", "ok", "conf", "ok", "ok", "ok", "bad")
 WRITE_502 = ("unav", "ok", "busy", "ok", "ok", "unav", "bad", "bad", "ok", "ok",  # 502 on the proxy: offline
@@ -167,7 +168,7 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     # The app proxy's own failures (HTML pages and redirects).
     "proxy-303-login": (Fault((rule(PROXY_ANY, "token_expiry", token=SECRET),)),
                         ("ok", "ok", "unauth", "ok", "unauth", "ok", "unauth", "unauth", "ok", "ok",
-                         "ok", "unauth", "unauth", "unauth", "ok", "unauth", "bad")),
+                         "ok", "unauth", "unauth", "unauth", "ok", "ok", "bad")),
     "workspace-stopped": (Fault(state="stop"), ("ok", "ok", "stopped", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
                                                 "ok", "starting", "bad", "bad", "ok", "ok", "bad")),
     "proxy-400-workspace-offline": (Fault((status(PROXY_ANY, 400, message="Workspace Offline"),)), OFFLINE),

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
+from pydantic import JsonValue
+
+from .. import models
 from ..coder import errors as ce
 
 __all__ = [
@@ -96,9 +99,9 @@ class TurnResult:
     pull_request_url: str | None = None
     interrupted: bool = False
     subtype: str = ""
-    changes: Any = None  # the runner's change summary of the turn (drivers/runner.py parses it)
+    changes: models.Changes | None = None  # what the turn changed in the repository (runner)
     changes_unavailable: str | None = None
-    structured: Any = None
+    structured: JsonValue = None
 
 
 class DriverError(Exception):
@@ -149,8 +152,8 @@ class Driver(Protocol):
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
-                   deadline: float | None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, JsonValue] | None = None,
+                   *, deadline: float | None) -> bool:
         """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
         started. `Busy` when refused."""
         ...
@@ -169,12 +172,12 @@ class Driver(Protocol):
         """Errors the program itself reported, newest last (best effort, bounded by `wait`)."""
         ...
 
-    async def results(self, *, deadline: float | None) -> list[TurnResult]:
-        """Finished turns, oldest first; `NotSupported` where the program keeps none."""
+    async def last_result(self, *, deadline: float | None) -> TurnResult | None:
+        """The last finished turn (None before one); `NotSupported` where the program keeps none."""
         ...
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
-                   deadline: float | None) -> Any:
+    async def diff(self, scope: models.DiffScope, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> models.AgentDiff:
         """A page of the diff of the last task or of everything since the start; `NotSupported` where the
         program records no changes, `DriverError` (its reason) when it cannot give this one."""
         ...

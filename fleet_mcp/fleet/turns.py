@@ -16,7 +16,7 @@ from ..drivers import (
 from ..errors import FleetError, bad_request, conflict, unavailable
 from ..drivers.keys import SECRET_SETTING
 from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
-from ..models import AgentDiff, DiffScope, AnswerResult, Changes, DiffFile, LastTurn, Task, TaskResult, TurnOutcome
+from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until, sooner
 from .reads import prefetch, quietly
 from ..rules import PR_LINK, TASK, check_result_schema, check_text, iso
@@ -199,22 +199,23 @@ class Turns:
         # A runner last seen ready is asked for its results along with the workspace lookup (they carry the
         # turn's changes and typed answer): one round trip, used only if the workspace still says that address.
         known = self.fleet.remembered(name)
-        early = {"results": known.results(deadline=deadline)} if known is not None and known.kind == "runner" else {}
+        early = {"result": known.last_result(deadline=deadline)} if known is not None and known.kind == "runner" \
+            else {}
         with prefetch(early) as begun:
             snap, messages = await self.fleet.snapshot(name, conversation=not begun, deadline=deadline)
             driver = snap.driver
             if driver is None or snap.live is None:
                 raise self.fleet.not_ready(snap, "so its result cannot be read")
             if driver.kind == "runner":
-                results = await (begun["results"] if begun and same_reach(known, driver)
-                                 else driver.results(deadline=deadline))
+                last = await (begun["result"] if begun and same_reach(known, driver)
+                              else driver.last_result(deadline=deadline))
             elif messages is None:
                 messages = await quietly(driver.conversation(deadline=deadline))
         if driver.kind == "runner":
-            if not results:
+            if last is None:
                 raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
                     snap, self.fleet.slugs).value)
-            return _outcome(name, results[-1], sum(r.cost_usd or 0.0 for r in results), "runner")
+            return _outcome(name, last, snap.live.cost_usd, "runner")  # the runner's sum over every turn
         statuses = await self.fleet.statuses(snap.workspace, deadline=deadline)
         ended = next((s for s in statuses if s.state in ("complete", "failure")), None)
         if ended is None:
@@ -242,7 +243,7 @@ class Turns:
         if driver is None:
             raise self.fleet.not_ready(Snapshot(ws, params, None, None), "so its diff cannot be read")
         try:
-            d: Any = await driver.diff(scope, path, fmt, page, size, deadline=deadline)
+            return await driver.diff(scope, path, fmt, page, size, deadline=deadline)
         except Unreachable as exc:
             raise self.fleet.not_ready(Snapshot(ws, params, None, why_unreachable(exc)),
                                        "so its diff cannot be read") from None
@@ -250,10 +251,6 @@ class Turns:
             raise refused(name, exc, driver=driver.kind) from None
         except DriverError as exc:
             raise refused(name, exc, scope=scope, **({"field": "path"} if path else {})) from None
-        return AgentDiff(agent_name=name, scope=scope, page=page, pages=d.pages,
-                         files=[DiffFile(path=f.path, diff=f.diff, truncated=f.truncated, binary=f.binary, note=f.note)
-                                for f in d.files], patch=d.patch if fmt == "patch" else None,
-                         files_total=d.files_total, start_commit=d.start_commit, end_commit=d.end_commit)
 
 
 def refused(name: str, exc: DriverError, **details: Any) -> FleetError:
@@ -284,7 +281,7 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: DriverKin
     outcome: LastTurn = "interrupted" if turn.interrupted else "failed" if turn.is_error else "succeeded"
     reason = turn.subtype if outcome != "succeeded" and turn.subtype and turn.subtype != "success" else None
     text = turn.text or _BUDGETS.get(reason or "", "")
-    changes = _changes(turn.changes)
+    changes = turn.changes.model_copy(update={"files": turn.changes.files[:FILES_SHOWN]}) if turn.changes else None
     return TurnOutcome(agent_name=name, task=turn.task or None, outcome=outcome, stop_reason=reason,
                        text=text[:RESULT_CHARS], truncated=len(text) > RESULT_CHARS, pull_request_url=pr,
                        num_turns=turn.num_turns,
@@ -293,15 +290,6 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: DriverKin
                        changes=changes, structured=turn.structured,
                        changes_unavailable=None if changes else turn.changes_unavailable or "The runner recorded "
                        "no changes for this turn.")
-
-
-def _changes(raw: Any) -> Changes | None:
-    """The runner's summary as the tool answers it, its files cut to FILES_SHOWN."""
-    if raw is None:
-        return None
-    data = raw.model_dump()
-    data["files"] = data["files"][:FILES_SHOWN]
-    return Changes.model_validate(data)
 
 
 def _repository_path(path: str) -> str:

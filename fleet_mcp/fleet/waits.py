@@ -125,7 +125,9 @@ class Waits:
         """One look at a background wait (`background.Watch`): its answer when over (met, or past its end: what
         the blocking wait answers then), else None; the agents as seen, and what to say meanwhile. The listing
         is shared with every other wait and look of this user, and at most one poll interval old."""
-        page = await self.listing.get(max_age=self.fleet.settings.wait_poll_interval_s, deadline=deadline)
+        # Over this user's share of Coder's rate limit, a look answers from the listing last fetched.
+        fresh = self.fleet.settings.wait_poll_interval_s if self.meter.free_in() <= 0 else float("inf")
+        page = await self.listing.get(max_age=fresh, deadline=deadline)
         agents, met, done = self._look(list(watch.names), page, set(watch.until), watch.mode)
         now = time.time()
         waited, timeout_s = max(0.0, now - watch.started), max(0.0, watch.ends - watch.started)

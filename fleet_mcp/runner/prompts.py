@@ -9,11 +9,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import runner_wire as wire
+from ..runner_wire import ANSWERED_KEPT
 from .store import now_iso
 
-__all__ = ["ANSWERED_KEPT", "Conflict", "Pending", "Prompts", "StalePrompt"]
-
-ANSWERED_KEPT = 50  # answered prompts remembered, so a caller whose reply was lost can learn what became of it
+__all__ = ["Conflict", "Pending", "Prompts", "StalePrompt"]
 
 
 class Conflict(Exception):
@@ -34,16 +34,17 @@ class Pending:
     since: str
     answer: asyncio.Future[Any] = field(repr=False)
 
-    def json(self) -> dict[str, Any]:
-        return {"id": self.id, "tool": self.tool, "summary": self.summary, "since": self.since}
+    def shown(self) -> wire.Pending:
+        """As `/state` and a stale answer's refusal show it."""
+        return wire.Pending(id=self.id, tool=self.tool, summary=self.summary, since=self.since)
 
 
 class StalePrompt(Conflict):
     """An answer named a prompt that no longer waits; `pending` is what waits now (or None)."""
 
-    def __init__(self, prompt_id: str, pending: Pending | None, answered: dict[str, str] | None) -> None:
+    def __init__(self, prompt_id: str, pending: Pending | None, answered: wire.Answered | None) -> None:
         now = f"prompt {pending.id} ({pending.tool}) waits now" if pending else "no prompt waits now"
-        said = f"it was answered {answered['decision']} at {answered['at']}" if answered else "it is not pending"
+        said = f"it was answered {answered.decision} at {answered.at}" if answered else "it is not pending"
         super().__init__("stale_prompt", f"prompt {prompt_id}: {said}; {now}")
         self.pending, self.answered = pending, answered
 
@@ -53,7 +54,7 @@ class Prompts:
 
     def __init__(self) -> None:
         self.pending: Pending | None = None
-        self.answered: list[dict[str, str]] = []  # {id, decision, by, at}
+        self.answered: list[wire.Answered] = []
 
     def ask(self, tool: str, summary: str) -> Pending:
         """A new prompt for `tool`, waiting from now on."""
@@ -97,10 +98,10 @@ class Prompts:
         self.deny("The turn ended.", "turn_ended")
         self.pending = None
 
-    def answer_of(self, prompt_id: str) -> dict[str, str] | None:
+    def answer_of(self, prompt_id: str) -> wire.Answered | None:
         """How prompt `prompt_id` was answered, if it was lately."""
-        return next((a for a in reversed(self.answered) if a["id"] == prompt_id), None)
+        return next((a for a in reversed(self.answered) if a.id == prompt_id), None)
 
     def note(self, prompt_id: str, decision: str, by: str) -> None:
-        self.answered.append({"id": prompt_id, "decision": decision, "by": by, "at": now_iso()})
+        self.answered.append(wire.Answered(id=prompt_id, decision=decision, by=by, at=now_iso()))
         del self.answered[:-ANSWERED_KEPT]

@@ -13,12 +13,13 @@ import contextlib
 import logging
 from typing import Any
 
+from ..runner_wire import ANSWERED_SHOWN, Message, Result, State, TurnEnd
 from . import sdk, typed
 from .changes import ChangeLog, line
 from .prompts import Conflict, Prompts
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
-from .store import Message, Result, Saved, Store, latest_output, latest_task, now_iso
+from .store import Saved, Store, latest_output, latest_task, now_iso
 
 __all__ = ["Conversation"]
 
@@ -61,23 +62,21 @@ class Conversation:
 
     # --- what the HTTP layer reads and does --------------------------------------------------------------------
 
-    def state_json(self) -> dict[str, Any]:
-        return {"state": self.state, "since": self.since, "session_id": self.saved.session_id,
-                "model": self.saved.model, "current_task": self.current_task,
-                "latest_output": latest_output(self.saved.messages),  # the agent's words: data for a glance
-                "pending": self.prompts.pending.json() if self.prompts.pending else None,
-                "answered": self.prompts.answered[-10:],
-                "error": self.error,
-                "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
-                "last_activity_at": self.last_activity_at, **self._last_turn_json()}
-
-    def _last_turn_json(self) -> dict[str, Any]:
-        """The last turn at a glance: how it ended, its cost, and a line on what it changed."""
+    def state_now(self) -> State:
+        """`GET /state`, and the state every write answers with; the last turn at a glance at its end: how it
+        ended, its cost, and a line on what it changed."""
         last = self.saved.results[-1] if self.saved.results else None
-        outcome = None if last is None else "interrupted" if last.interrupted else "failed" if last.is_error \
-            else "succeeded"
-        return {"last_turn": outcome, "last_cost_usd": last.total_cost_usd if last else None,
-                "changes_summary": line(last.changes) if last else None}
+        outcome: TurnEnd | None = None if last is None else "interrupted" if last.interrupted \
+            else "failed" if last.is_error else "succeeded"
+        return State(state=self.state, since=self.since, session_id=self.saved.session_id, model=self.saved.model,
+                     current_task=self.current_task,
+                     latest_output=latest_output(self.saved.messages),  # the agent's words: data for a glance
+                     pending=self.prompts.pending.shown() if self.prompts.pending else None,
+                     answered=self.prompts.answered[-ANSWERED_SHOWN:], error=self.error,
+                     queued=len(self.saved.queue), turns=self.saved.turns, cost_usd=round(self.saved.cost_usd, 6),
+                     last_activity_at=self.last_activity_at, last_turn=outcome,
+                     last_cost_usd=last.total_cost_usd if last else None,
+                     changes_summary=line(last.changes) if last else None)
 
     async def send(self, content: str, if_busy: str, result_schema: dict[str, Any] | None = None) -> bool:
         """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused.
@@ -347,7 +346,8 @@ class Conversation:
         return sdk.decision(allow, message, self._interrupted)
 
     def _add(self, role: str, content: str) -> None:
-        self.saved.messages.append(Message(self.saved.next_message_id, role, content, now_iso()))
+        self.saved.messages.append(Message(id=self.saved.next_message_id, role=role, content=content,
+                                           time=now_iso()))
         self.saved.next_message_id += 1
         self._save()
 
