@@ -35,8 +35,10 @@ FOLLOW_UP = "Run the test suite before the release notes. [[permission]] [[finis
 VERDICT_TASK = "Is the change ready to release? [[json]] [[finish:1]]"
 VERDICT = {"type": "object", "properties": {"ready": {"type": "boolean"}, "risk": {"enum": ["low", "high"]}},
            "required": ["ready", "risk"]}
-WAIT_S = 30.0  # per wait; a workspace is up in ~3 s on the emulator's real time, Claude Code in ~2 s more
-TOTAL_S = 120.0
+# Per wait: a workspace is up in ~3 s on the emulator's real time, Claude Code in ~2 s more; a loaded machine
+# (a start-up of 30 s at load 16) must not end the tour, and each wait returns as soon as its agent is there.
+WAIT_S = 120.0
+TOTAL_S = 300.0
 CELL = 100
 
 
