@@ -58,7 +58,8 @@ CHANGES = {"repository": "/home/coder/work", "branch": "fleet/bench", "start_com
            "commits_total": 2, "files_total": 3, "added_lines": 120, "removed_lines": 8, "note": None,
            "start_tree": "d" * 40, "end_tree": "e" * 40,
            "files": [{"path": f"src/mod{i}.py", "change": "modified", "added_lines": 40,
-                      "removed_lines": 8 if i == 0 else 0, "binary": False} for i in range(3)]}
+                      "removed_lines": 8 if i == 0 else 0, "binary": False, "old_path": None,
+                      "non_utf8_name": False} for i in range(3)]}
 
 
 def response(status: int, body: bytes, content_type: str = "application/json") -> bytes:

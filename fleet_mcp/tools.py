@@ -82,9 +82,8 @@ async def create_agent(
     deadline: float | None = None,
 ) -> CreatedAgent:
     """Create a Claude Code agent in its own Coder workspace; it starts working on `spec` once the
-    workspace is up (a minute or two). The answer's status is what list_agents says in that moment:
-    `pending` while its build is queued, then `starting`, then `busy` on its spec; `workspace_status` tells the
-    build. Refused with `conflict` when the fleet is at its cap."""
+    workspace is up (a minute or two). It is `busy` from now until its spec's turn ends (every tool says
+    so); `workspace_status` tells where its build is. Refused with `conflict` when the fleet is at its cap."""
     return await lifecycle.create(name, project, role, spec, autostop_minutes=autostop_minutes,
                                   model=model, max_turns=max_turns, max_cost_usd=max_cost_usd,
                                   result_schema=result_schema, deadline=deadline)
@@ -184,13 +183,21 @@ async def answer_agent(
                                                "also the number of a choice on the agent's screen")],
     message: Annotated[str, Field(max_length=MAX_SPEC, description="Optional words to Claude with the answer "
                                                                    "(why, what instead)")] = "",
+    digest: Annotated[str | None, Field(max_length=100, description=(
+        "pending.digest as shown with the prompt (its tool and whole input): required for runner agents; the "
+        "answer is refused if the prompt is not what was shown"))] = None,
+    allow_truncated: Annotated[bool, Field(description="Allow a prompt whose input was shown cut "
+                                                       "(pending.input_truncated): you approve what you did not "
+                                                       "see whole")] = False,
     turns: Turns = Depends(turns_of),
     deadline: float | None = None,
 ) -> AnswerResult:
     """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
     then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
-    out, or another one asked since): the error says what waits now. Never lands on another prompt."""
-    return await turns.answer(agent_name, decision, message, prompt_id, deadline=deadline)
+    out, or another one asked since) or is not what was shown (`digest`): the error shows what waits now,
+    whole. Never lands on another prompt; the answer names the tool and input it approved."""
+    return await turns.answer(agent_name, decision, message, prompt_id, digest or "", allow_truncated,
+                              deadline=deadline)
 
 
 async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of),

@@ -9,9 +9,17 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import httpx
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
 from conformance import Conformance
 from fleet_mcp.emulator import Emulator
@@ -143,6 +151,76 @@ def http_tools(url: str, token: str):
     from fastmcp.client.transports import StreamableHttpTransport
 
     return Client(StreamableHttpTransport(url, headers={"Authorization": f"Bearer {token}"}))
+
+
+# --- an agent that replaced its app's server (specs/coder-apps.md) -----------
+
+APP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+RELAY_DROPS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer"}
+# Coder's own cookies (httpapi.StripCoderCookies): the only credentials its proxy takes out.
+CODER_COOKIES = ("coder_session_token", "oauth_state", "oauth_redirect", "coder_path_app_session_token",
+                 "coder_signed_app_token", "coder_subdomain_app_session_token")
+
+
+@dataclass
+class Seen:
+    """One request as the app's port got it."""
+
+    slug: str
+    method: str
+    url: str  # path and query
+    headers: list[tuple[str, str]]
+
+
+class Impostor:
+    """Listens where every app's server did, keeps what each request carried, relays it to the server (the
+    emulator's `/emulator/apps/...`, as a process in the workspace reaches it) and streams its answer back."""
+
+    def __init__(self, coder: httpx.AsyncClient) -> None:
+        self.coder = coder
+        self.seen: list[Seen] = []
+        self.app = Starlette(routes=[Route("/{owner}/{workspace}/{slug}/{rest:path}", self.relay, methods=APP_METHODS)])
+
+    async def relay(self, request: Request) -> StreamingResponse:
+        rest = request.url.path.split("/", 4)[4]
+        url = "/" + rest + (f"?{request.url.query}" if request.url.query else "")
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        self.seen.append(Seen(request.path_params["slug"], request.method, url, headers))
+        inner = await self.coder.send(self.coder.build_request(
+            request.method, "/emulator/apps" + request.url.path, params=request.query_params,
+            headers=[(k, v) for k, v in headers if k.lower() not in RELAY_DROPS], content=await request.body()),
+            stream=True)
+        kept = {k: v for k, v in inner.headers.items() if k.lower() not in RELAY_DROPS}
+        return StreamingResponse(inner.aiter_raw(), inner.status_code, kept, background=BackgroundTask(inner.aclose))
+
+    def leaks(self, token: str) -> list[str]:
+        """Where the token, or a Coder cookie, reached the port."""
+        found = []
+        for seen in self.seen:
+            where = f"{seen.method} {seen.url}"
+            if token in seen.url:
+                found.append(f"{where}: in the URL")
+            for name, value in seen.headers:
+                if token in value:
+                    found.append(f"{where}: in {name}")
+                if name.lower() == "cookie":
+                    names = [part.partition("=")[0].strip() for part in value.split(";")]
+                    found += [f"{where}: cookie {n}" for n in names if n.startswith(CODER_COOKIES)]
+        return found
+
+
+@asynccontextmanager
+async def impostor_on(coder: httpx.AsyncClient, transport: httpx.AsyncBaseTransport | None = None
+                      ) -> AsyncIterator[Impostor]:
+    """An impostor on a loopback port, set as every app's listener on the emulator `coder` talks to; it relays
+    through `transport` (the in-process emulator) or to `coder`'s URL."""
+    from fleet_mcp.emulator.app import running
+
+    async with httpx.AsyncClient(transport=transport, base_url=coder.base_url, timeout=60) as relay:
+        impostor = Impostor(relay)
+        async with running(SimpleNamespace(app=impostor.app)) as url:  # type: ignore[arg-type]
+            assert (await coder.post("/emulator/app-listener", json={"url": url})).json()["url"] == url
+            yield impostor
 
 
 # --- a client that declares MCP Tasks (as interactive Claude Code does) ---------------------------------

@@ -57,6 +57,10 @@ class Exchange:
     """Requests to one Coder deployment at `url`, authenticated by a session `token`: sent, mapped, retried,
     read and validated (the base of `CoderClient`, which names the calls).
 
+    The token goes to Coder's API (`/api/...`) as the `Coder-Session-Token` header, and to anything else (a
+    workspace app, by path or subdomain) only as the `coder_session_token` cookie, the one place Coder reads it
+    from and then takes out before proxying (`httpapi.StripCoderCookies`): every other header, cookie and query
+    parameter reaches whatever listens on the app's port (specs/coder-apps.md).
     Without a token, only what Coder answers anyone (buildinfo). `transport` replaces the network (tests
     pass an ASGI transport or a loopback emulator). `request_timeout_s` bounds one request once connected,
     its answer read whole; `connect_timeout_s` connecting; reads that fail transiently are tried again for
@@ -74,19 +78,17 @@ class Exchange:
         self._secret = token or None
         # Requests go straight to httpx's transport: the client layer (URL merging, cookies, auth and
         # redirect flows, none of which the fleet uses) costs a tenth of a millisecond a request, and
-        # cookies must not be kept (a stored coder_session_token cookie that differs from the header
-        # makes Coder answer 400 "CSRF error").
+        # cookies must not be kept (a coder_session_token cookie beside a header that differs makes Coder's
+        # API answer 400 "CSRF error"; the API is sent the header alone, apps the cookie alone).
         self._transport = transport or _transport(url)
         self._base = url.rstrip("/")
         self._connect_to = connect_to or ConnectTo()
         # One request's whole time: connecting, then the answer to its last byte (a body may drip for ever).
         self._deadline_s = connect_timeout_s + request_timeout_s
-        self._headers = [
-            *([("Coder-Session-Token", self._secret)] if self._secret else []),
-            ("Accept", "application/json"),
-            ("Accept-Encoding", "gzip, deflate"),
-            ("User-Agent", "coder-fleet-mcp"),
-        ]
+        common = [("Accept", "application/json"), ("Accept-Encoding", "gzip, deflate"),
+                  ("User-Agent", "coder-fleet-mcp")]
+        self._headers = [*([("Coder-Session-Token", self._secret)] if self._secret else []), *common]
+        self._app_headers = [*([("Cookie", f"coder_session_token={self._secret}")] if self._secret else []), *common]
         self._timeouts = httpx.Timeout(request_timeout_s, connect=connect_timeout_s,
                                        pool=min(_POOL_WAIT_S, request_timeout_s)).as_dict()
 
@@ -131,11 +133,11 @@ class Exchange:
     async def _send(self, method: str, path: str, *, params: Any = None, json: Any = None,
                     accept: str | None = None, extra: Headers = ()) -> httpx.Response:
         """One request through the transport, with `extra` headers; the answer's body is not read yet."""
-        headers = self._headers if accept is None else [
-            (k, accept if k == "Accept" else v) for k, v in self._headers]
+        # `path` is a path on Coder's URL, or a whole URL (a subdomain app's): only Coder's API gets the header.
+        own = self._headers if path.startswith("/api/") else self._app_headers
+        headers = own if accept is None else [(k, accept if k == "Accept" else v) for k, v in own]
         if extra:
             headers = [*headers, *extra]
-        # `path` is a path on Coder's URL, or a whole URL (a subdomain app's).
         url = _url(self._base + path if path.startswith("/") else path, tuple(params.items()) if params else ())
         request = httpx.Request(method, url, json=json, headers=headers, extensions={"timeout": self._timeouts})
         if self._connect_to:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, TypeVar
 
 import pydantic
+from pydantic import Field, JsonValue
 
+from .. import models
 from ..coder import errors as ce
 from ..coder.client import App, CoderClient
 from ..coder.lenient import LenientModel, Text, Timestamp
@@ -23,7 +25,6 @@ from .base import (
     Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
     oversized,
 )
-from .wire import ConversationPage
 
 __all__ = ["AgentAPIDriver", "AgentError", "AgentStatus", "is_busy_refusal", "screen_prompt"]
 
@@ -31,6 +32,20 @@ T = TypeVar("T")
 ESC = "\x1b"
 SETTLE_S = 10.0  # how long an interrupt-then-send waits for the screen to settle
 SETTLE_POLL_S = 0.25
+MESSAGES_MAX = 10_000  # of AgentAPI's conversation (it keeps every message): past it, the agent's problem
+
+
+class WireMessage(LenientModel):
+    """One entry of AgentAPI's `GET /messages` (`{"messages": [{id, role, content, time}]}`, oldest first)."""
+
+    id: int
+    role: Text = ""
+    content: Text = ""
+    time: Timestamp = None
+
+
+class ConversationPage(LenientModel):
+    messages: Annotated[list[WireMessage] | None, Field(max_length=MESSAGES_MAX)] = []  # Go's nil slice: null
 
 
 class AgentStatus(LenientModel):
@@ -49,6 +64,9 @@ class AgentError(LenientModel):
     time: Timestamp = None
 
 
+SCREEN_SHOWN = 65536  # characters of a screen shown as a prompt's input: its end, where the choice is
+
+
 def screen_prompt(messages: list[Message]) -> Pending | None:
     """AgentAPI numbers no prompts: one is named by a digest of the screen that shows it (AgentAPI's newest
     agent message), so an answer meant for one screen is refused once another shows. See specs/tools.md."""
@@ -56,8 +74,10 @@ def screen_prompt(messages: list[Message]) -> Pending | None:
     if shown is None:
         return None
     lines = [line.strip() for line in shown.content.splitlines() if line.strip()]
-    return Pending(tool="screen", summary=" / ".join(lines[-4:])[-200:], since=shown.time,
-                   id="screen-" + hashlib.sha256(shown.content.encode("utf-8", "replace")).hexdigest()[:16])
+    digest = "screen-" + hashlib.sha256(shown.content.encode("utf-8", "replace")).hexdigest()[:16]
+    return Pending(tool="screen", summary=" / ".join(lines[-4:])[-200:], since=shown.time, id=digest,
+                   input={"screen": shown.content[-SCREEN_SHOWN:]}, truncated=len(shown.content) > SCREEN_SHOWN,
+                   chars=len(shown.content), digest=digest)
 
 
 def is_busy_refusal(exc: ce.CoderError) -> bool:
@@ -101,10 +121,10 @@ class AgentAPIDriver:
         page: ConversationPage = await self._call(
             lambda: self.client.app_request("GET", self.app, "messages", ConversationPage, limit="conversation",
                                             deadline=deadline))
-        return page.conversation()
+        return [Message(id=m.id, role=m.role, content=m.content, time=m.time) for m in page.messages or []]
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
-                   deadline: float | None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, JsonValue] | None = None,
+                   *, deadline: float | None) -> bool:
         if result_schema is not None:
             raise NotSupported("A result_schema needs the runner (Claude Code's structured output); this agent "
                                "runs on AgentAPI.")
@@ -143,8 +163,8 @@ class AgentAPIDriver:
             raise NotSupported("This agent speaks AgentAPI's ACP transport, where ESC does not interrupt a task.")
         await self._keys(ESC, "raw", deadline)
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
         # AgentAPI cannot tell a pending choice from a finished turn; only the reporter's evidence can, so the
         # fleet checks before it answers, `prompt_id` (the screen's digest) included: AgentAPI cannot.
         # Keys go as typed: "1", "2", "y", "n", or an Enter for "allow".
@@ -155,6 +175,7 @@ class AgentAPIDriver:
         if message:
             await self._settle(deadline)
             await self._keys(message, "user", deadline)
+        return None
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         """The `agent_error`s AgentAPI replays at the start of `/events` (bounded by `wait` seconds).
@@ -180,10 +201,10 @@ class AgentAPIDriver:
             pass
         return [e for e in errors if e]
 
-    async def results(self, *, deadline: float | None) -> list[TurnResult]:
+    async def last_result(self, *, deadline: float | None) -> TurnResult | None:
         raise NotSupported("Turn results, cost and budgets need the runner; this agent runs on AgentAPI.")
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
-                   deadline: float | None) -> None:
+    async def diff(self, scope: models.DiffScope, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> models.AgentDiff:
         raise NotSupported("AgentAPI records no changes: diffs need the runner.")
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
+from pydantic import JsonValue
+
+from .. import models
 from ..coder import errors as ce
 
 __all__ = [
@@ -29,12 +32,18 @@ TurnEnd = Literal["succeeded", "failed", "interrupted"]  # how a turn ended
 @dataclass(frozen=True)
 class Pending:
     """What the agent waits on: a tool it asked permission for, or a choice on its screen. `id` names it for
-    an answer: the runner's own prompt id, or on AgentAPI a digest of the screen (`agentapi.screen_prompt`)."""
+    an answer: the runner's own prompt id, or on AgentAPI a digest of the screen (`agentapi.screen_prompt`).
+    `input` is what an allow approves, whole unless `truncated` (`chars`: its whole length as JSON), and
+    `digest` names it for the answer; both None where only a list's mark was read (the agent can post that)."""
 
     tool: str
     summary: str
     since: datetime | None = None
     id: str | None = None
+    input: dict[str, JsonValue] | None = None
+    truncated: bool = False
+    chars: int | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class Answered:
     decision: str
     by: str
     at: datetime | None = None
+    digest: str | None = None  # of the prompt answered (runner)
 
 
 @dataclass(frozen=True)
@@ -96,9 +106,9 @@ class TurnResult:
     pull_request_url: str | None = None
     interrupted: bool = False
     subtype: str = ""
-    changes: Any = None  # the runner's change summary of the turn (drivers/runner.py parses it)
+    changes: models.Changes | None = None  # what the turn changed in the repository (runner)
     changes_unavailable: str | None = None
-    structured: Any = None
+    structured: JsonValue = None
 
 
 class DriverError(Exception):
@@ -149,8 +159,8 @@ class Driver(Protocol):
         """The whole conversation, oldest first."""
         ...
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
-                   deadline: float | None) -> bool:
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, JsonValue] | None = None,
+                   *, deadline: float | None) -> bool:
         """Send a task (its answer in `result_schema`'s shape when given); True when it was queued rather than
         started. `Busy` when refused."""
         ...
@@ -159,22 +169,23 @@ class Driver(Protocol):
         """Interrupt the running turn (the agent stays)."""
         ...
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
-        """Answer what the agent waits on, only if it is `prompt_id` where the program can check it itself
-        (`StalePrompt` when another prompt waits); `NothingPending` when it waits on nothing."""
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
+        """Answer what the agent waits on, only if it is `prompt_id` as shown (`digest`) where the program can
+        check it itself (`StalePrompt` when another prompt waits or it was shown otherwise); `NothingPending`
+        when it waits on nothing. The prompt answered, as the program names it, where it does."""
         ...
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         """Errors the program itself reported, newest last (best effort, bounded by `wait`)."""
         ...
 
-    async def results(self, *, deadline: float | None) -> list[TurnResult]:
-        """Finished turns, oldest first; `NotSupported` where the program keeps none."""
+    async def last_result(self, *, deadline: float | None) -> TurnResult | None:
+        """The last finished turn (None before one); `NotSupported` where the program keeps none."""
         ...
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
-                   deadline: float | None) -> Any:
+    async def diff(self, scope: models.DiffScope, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> models.AgentDiff:
         """A page of the diff of the last task or of everything since the start; `NotSupported` where the
         program records no changes, `DriverError` (its reason) when it cannot give this one."""
         ...

@@ -7,131 +7,30 @@ turn's result itself (see specs/runner.md), so this side only reads and sends.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from datetime import datetime
+from typing import TypeVar
 from urllib.parse import urlencode
 
+from pydantic import JsonValue
+
+from .. import models
+from .. import runner_wire as wire
 from ..coder import errors as ce
 from ..coder.bounded import Limit
 from ..coder.client import App, CoderClient
-from ..coder.lenient import LenientModel, ListOf, Text, Timestamp
+from ..coder.lenient import parse_timestamp
 from .base import (
     Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
-    TurnEnd, TurnResult, Unkeyed, Unreachable, oversized,
+    TurnResult, Unkeyed, Unreachable, oversized,
 )
-from .wire import ConversationPage
 
 __all__ = ["RunnerDriver"]
 
 T = TypeVar("T")
+A = TypeVar("A", bound=wire.Answer)
 KEY_HEADER = "X-Fleet-Runner-Key"  # the runner's door (fleet_mcp/runner/door.py); Coder's app proxy passes it on
 _STATES: dict[str, LiveState] = {"working": "working", "starting": "starting", "idle": "idle",
                                  "needs_input": "needs_input", "error": "error"}
-
-
-class _Pending(LenientModel):
-    id: Text = ""
-    tool: Text = ""
-    summary: Text = ""
-    since: Timestamp = None
-
-
-class _Answered(LenientModel):
-    id: Text = ""
-    decision: Text = ""
-    by: Text = ""
-    at: Timestamp = None
-
-    def answered(self) -> Answered:
-        return Answered(self.id, self.decision, self.by, self.at)
-
-
-class _State(LenientModel):
-    state: str
-    since: Timestamp = None
-    session_id: str | None = None
-    model: str | None = None
-    current_task: str | None = None
-    latest_output: str | None = None
-    pending: _Pending | None = None
-    answered: ListOf[_Answered] = []
-    error: str | None = None
-    queued: int = 0
-    turns: int = 0
-    cost_usd: float = 0.0
-    last_turn: TurnEnd | None = None
-    last_cost_usd: float | None = None
-    changes_summary: str | None = None
-
-
-class _Commit(LenientModel):
-    sha: Text = ""
-    subject: Text = ""
-
-
-class _File(LenientModel):
-    path: Text = ""
-    change: Literal["added", "modified", "deleted", "renamed"] = "modified"
-    old_path: str | None = None
-    added_lines: int = 0
-    removed_lines: int = 0
-    binary: bool = False
-
-
-class _Changes(LenientModel):
-    repository: Text = ""
-    branch: str | None = None
-    start_commit: str | None = None
-    end_commit: str | None = None
-    commits: ListOf[_Commit] = []
-    commits_total: int = 0
-    files: ListOf[_File] = []
-    files_total: int = 0
-    added_lines: int = 0
-    removed_lines: int = 0
-    note: str | None = None
-
-
-class _DiffFile(LenientModel):
-    path: Text = ""
-    diff: Text = ""
-    truncated: bool = False
-    binary: bool = False
-    note: str | None = None
-
-
-class _Diff(LenientModel):
-    files: ListOf[_DiffFile] = []
-    patch: str | None = None
-    page: int = 1
-    pages: int = 1
-    files_total: int = 0
-    start_commit: str | None = None
-    end_commit: str | None = None
-
-
-class _Sent(LenientModel):
-    queued: bool = False
-
-
-class _Result(LenientModel):
-    task: Text = ""
-    text: Text = ""
-    is_error: bool = False
-    subtype: Text = ""
-    num_turns: int | None = None
-    duration_ms: int | None = None
-    total_cost_usd: float | None = None
-    session_id: str | None = None
-    finished_at: Timestamp = None
-    pull_request_url: str | None = None
-    interrupted: bool = False
-    changes: _Changes | None = None
-    changes_unavailable: str | None = None
-    structured: Any = None
-
-
-class _Results(LenientModel):
-    results: ListOf[_Result] = []
 
 
 class RunnerDriver:
@@ -147,78 +46,116 @@ class RunnerDriver:
         self._door: tuple[tuple[str, str], ...] = ((KEY_HEADER, key),) if key else ()
         self._locked = locked
 
-    async def _call(self, method: str, rest: str, model: Any = None, body: Any = None,
-                    limit: Limit = "status", *, deadline: float | None) -> Any:
+    async def _call(self, method: str, rest: str, model: type[A], body: wire.Request | None = None,
+                    limit: Limit = "status", *, deadline: float | None) -> A:
         if self._locked:
             raise Unkeyed(f"The runner cannot be called: {self._locked}.")
+        json = body.model_dump(exclude_none=True) if body is not None else None
         return await _reachable(self.slug, lambda: self.client.app_request(
-            method, self.app, rest, model, json=body, limit=limit, deadline=deadline, headers=self._door),
+            method, self.app, rest, model, json=json, limit=limit, deadline=deadline, headers=self._door),
             self.address[1])
 
     async def live(self, *, deadline: float | None) -> Live:
-        s: _State = await self._call("GET", "state", _State, deadline=deadline)
-        p = s.pending
-        pending = Pending(p.tool, p.summary, p.since, p.id or None) if p else None
-        return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error, since=s.since,
-                    current_task=s.current_task, latest_output=s.latest_output, queued=s.queued, turns=s.turns,
-                    cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
-                    changes_summary=s.changes_summary, answered=tuple(a.answered() for a in s.answered))
+        return _live(await self._call("GET", "state", wire.State, deadline=deadline))
 
     async def conversation(self, *, deadline: float | None) -> list[Message]:
-        page: ConversationPage = await self._call("GET", "messages", ConversationPage, limit="conversation",
-                                                  deadline=deadline)
-        return page.conversation()
+        page = await self._call("GET", "messages", wire.Messages, limit="conversation", deadline=deadline)
+        return [Message(id=m.id, role=m.role, content=m.content, time=_time(m.time)) for m in page.messages]
 
-    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, Any] | None = None, *,
-                   deadline: float | None) -> bool:
-        body: dict[str, Any] = {"content": text, "if_busy": if_busy}
-        if result_schema is not None:
-            body["result_schema"] = result_schema
+    async def send(self, text: str, if_busy: IfBusy = "reject", result_schema: dict[str, JsonValue] | None = None,
+                   *, deadline: float | None) -> bool:
+        body = wire.MessageBody(content=text, if_busy=if_busy, result_schema=result_schema)
         try:
-            sent: _Sent = await self._call("POST", "message", _Sent, body, deadline=deadline)
+            sent = await self._call("POST", "message", wire.Sent, body, deadline=deadline)
         except ce.Conflict as exc:
             raise Busy("The agent already has a running task.") from exc
         return sent.queued
 
     async def interrupt(self, *, deadline: float | None) -> None:
         try:
-            await self._call("POST", "interrupt", None, {}, deadline=deadline)
+            await self._call("POST", "interrupt", wire.Done, wire.EmptyBody(), deadline=deadline)
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
+        if not prompt_id or not digest:
+            raise NothingPending("The runner answers only a prompt named by its id and digest.")
+        if decision not in ("allow", "deny"):
+            raise DriverError("The runner takes 'allow' or 'deny'.")
+        body = wire.AnswerBody(decision="allow" if decision == "allow" else "deny", message=message,
+                               prompt_id=prompt_id, digest=digest, allow_truncated=allow_truncated)
         try:
-            await self._call("POST", "answer", None, {"decision": decision, "message": message,
-                                                      "prompt_id": prompt_id or ""}, deadline=deadline)
+            done = await self._call("POST", "answer", wire.AnswerDone, body, deadline=deadline)
         except ce.Conflict as exc:
-            if not prompt_id:
-                raise NothingPending("The agent is not waiting for an answer.") from None
-            # The runner refused it atomically: what waits now, and what became of it.
+            # The runner refused it atomically (another prompt, another digest, a cut input): what waits now.
             now = await self.live(deadline=deadline)
             raise StalePrompt(exc.message, now.pending, now.answer_of(prompt_id)) from None
+        return _pending(done.answered) if done.answered else None
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
-        state: _State = await self._call("GET", "state", _State, deadline=deadline)
+        state = await self._call("GET", "state", wire.State, deadline=deadline)
         return [state.error] if state.error else []
 
-    async def results(self, *, deadline: float | None) -> list[TurnResult]:
-        page: _Results = await self._call("GET", "results", _Results, limit="conversation", deadline=deadline)
-        return [TurnResult(task=r.task, text=r.text, is_error=r.is_error, finished_at=r.finished_at,
-                           num_turns=r.num_turns, duration_ms=r.duration_ms, cost_usd=r.total_cost_usd,
-                           session_id=r.session_id, pull_request_url=r.pull_request_url,
-                           interrupted=r.interrupted, subtype=r.subtype, changes=r.changes,
-                           changes_unavailable=r.changes_unavailable, structured=r.structured)
-                for r in page.results]
+    async def last_result(self, *, deadline: float | None) -> TurnResult | None:
+        last = await self._call("GET", "result", wire.LastResult, limit="conversation", deadline=deadline)
+        r = last.result
+        if r is None:
+            return None
+        return TurnResult(task=r.task, text=r.text, is_error=r.is_error, finished_at=_time(r.finished_at),
+                          num_turns=r.num_turns, duration_ms=r.duration_ms, cost_usd=r.total_cost_usd,
+                          session_id=r.session_id, pull_request_url=r.pull_request_url,
+                          interrupted=r.interrupted, subtype=r.subtype, changes=_changes(r.changes),
+                          changes_unavailable=r.changes_unavailable, structured=r.structured)
 
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int, *,
-                   deadline: float | None) -> Any:
+    async def diff(self, scope: models.DiffScope, path: str | None, fmt: str, page: int, page_size: int, *,
+                   deadline: float | None) -> models.AgentDiff:
         query = urlencode({"scope": scope, "format": fmt, "page": page, "page_size": page_size,
                            **({"path": path} if path is not None else {})})
         try:
-            return await self._call("GET", f"diff?{query}", _Diff, deadline=deadline)
+            d = await self._call("GET", f"diff?{query}", wire.Diff, deadline=deadline)
         except ce.BadRequest as exc:
             raise DriverError(exc.message) from None
+        return models.AgentDiff(
+            agent_name=self.address[1], scope=scope, page=page, pages=d.pages,
+            files=[models.DiffFile(path=f.path, diff=f.diff, truncated=f.truncated, binary=f.binary, note=f.note)
+                   for f in d.files], patch=d.patch if fmt == "patch" else None, files_total=d.files_total,
+            start_commit=d.start_commit, end_commit=d.end_commit)
+
+
+def _pending(p: wire.Pending) -> Pending:
+    return Pending(p.tool, p.summary, _time(p.since), p.id or None, dict(p.input), p.input_truncated, p.input_chars,
+                   p.digest or None)
+
+
+def _live(s: wire.State) -> Live:
+    pending = _pending(s.pending) if s.pending else None
+    return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error, since=_time(s.since),
+                current_task=s.current_task, latest_output=s.latest_output, queued=s.queued, turns=s.turns,
+                cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
+                changes_summary=s.changes_summary,
+                answered=tuple(Answered(a.id, a.decision, a.by, _time(a.at), a.digest or None) for a in s.answered))
+
+
+def _changes(c: wire.Changes | None) -> models.Changes | None:
+    """The runner's summary in the tool's shape (the runner's own fields, its trees, left behind)."""
+    if c is None:
+        return None
+    return models.Changes(
+        repository=c.repository, branch=c.branch, start_commit=c.start_commit, end_commit=c.end_commit,
+        commits=[models.Commit(sha=m.sha, subject=m.subject) for m in c.commits], commits_total=c.commits_total,
+        files=[models.ChangedFile(path=f.path, change=f.change, old_path=f.old_path, added_lines=f.added_lines,
+                                  removed_lines=f.removed_lines, binary=f.binary) for f in c.files],
+        files_total=c.files_total, added_lines=c.added_lines, removed_lines=c.removed_lines, note=c.note)
+
+
+def _time(text: str | None) -> datetime | None:
+    """A time the runner wrote, read; one that is no time (or past datetime's range in UTC) is None: the agent's
+    words, never the call's failure."""
+    try:
+        return parse_timestamp(text)
+    except (ValueError, OverflowError):
+        return None
 
 
 async def _reachable(slug: str, call: Callable[[], Awaitable[T]], name: str) -> T:

@@ -57,7 +57,8 @@ class Emulator:
         self.proxy = AppProxy(self.backend, self.claude, AgentAPI(self.claude), self.runners)
         self.control = Control(self.backend, token, agent_runtime)
         self.control.reset(seed)
-        table: list[BaseRoute] = [*control_routes(self.control), *agent_routes(self.backend, self.claude, self.runners),
+        table: list[BaseRoute] = [*control_routes(self.control, self.proxy),
+                                  *agent_routes(self.backend, self.claude, self.runners),
                                   Mount("/emulator/anthropic", app=messages_app()),  # the runners' model
                                   *self.proxy.routes(), *coder_routes(self.backend)]
         routes = Starlette(routes=table, lifespan=self._lifespan)
@@ -78,6 +79,7 @@ class Emulator:
         try:
             yield
         finally:
+            await self.proxy.aclose()
             for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -16,6 +16,7 @@ from .agentapi.claude import ClaudeCode
 from .agentapi.session import Script
 from .coder import seed
 from .coder.backend import Backend
+from .coder.proxy import AppProxy
 from .coder.state import ParameterSpec
 from .faults import Faults, fault_routes
 from .runners.runtime import Runners
@@ -54,11 +55,12 @@ async def _body(request: Request) -> dict:
     return data
 
 
-def control_routes(control: Control) -> list[Route]:
+def control_routes(control: Control, proxy: AppProxy) -> list[Route]:
     b = control.backend
 
     async def reset(request: Request) -> Response:
         control.reset((await _body(request)).get("seed", "demo"))
+        proxy.listener = ""  # the apps' own servers again
         return JSONResponse({"ok": True, "now": b.now().isoformat()})
 
     async def clock(request: Request) -> Response:
@@ -127,6 +129,18 @@ def control_routes(control: Control) -> list[Route]:
             b.disable_path_apps = bool(data["disable_path_apps"])
         return JSONResponse({"wildcard_hostname": b.wildcard_hostname, "disable_path_apps": b.disable_path_apps})
 
+    async def app_listener(request: Request) -> Response:
+        """{url}: what listens on every app's port instead of its server (an agent that stopped the server and
+        bound the port), each app at `{url}/{owner}/{workspace}/{slug}/`; "" or null: the apps' own servers.
+        It gets what Coder's proxy passes on; the server itself stays at /emulator/apps/{owner}/{workspace}/{slug}/."""
+        data = await _body(request) if request.method == "POST" else {}
+        if "url" in data:
+            url = str(data["url"] or "")
+            if url and not url.startswith(("http://", "https://")):
+                raise ValueError("url must be an http(s) URL, or empty")
+            proxy.listener = url
+        return JSONResponse({"url": proxy.listener or None})
+
     async def answers(request: Request) -> Response:
         """What workspace answers carry: {app_statuses: false} leaves `latest_app_status` and every app's
         `statuses` out, as a slimmer Coder (an `include_related`-style answer) might."""
@@ -155,6 +169,8 @@ def control_routes(control: Control) -> list[Route]:
         ("GET", "/emulator/app-proxy"): app_proxy,
         ("POST", "/emulator/app-proxy"): app_proxy,
         ("POST", "/emulator/answers"): answers,
+        ("GET", "/emulator/app-listener"): app_listener,
+        ("POST", "/emulator/app-listener"): app_listener,
     }
     paths: dict[str, list[str]] = {}
     for method, path in handlers:

@@ -74,7 +74,18 @@ class Snapshot:
 
 
 def base_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
-    """The status from the build, the workspace agent and the app alone; `Ready` when the turn decides."""
+    """The status from the build, the workspace agent and the app alone; `Ready` when the turn decides.
+    A new agent holds its spec from the moment it is created: `busy` while its workspace is still being built
+    (the contract: create answers busy); `pending` and `starting` are for workspaces with no work waiting."""
+    found = _built_status(ws, slugs)
+    build = ws.latest_build
+    if isinstance(found, Status) and found.value in ("pending", "starting") and build.transition == "start" \
+            and build.build_number <= 1:
+        return replace(found, value="busy")
+    return found
+
+
+def _built_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
     build = ws.latest_build
     built_since = build.updated_at or build.created_at
     if build.transition == "delete" and build.status in _ACTIVE_BUILD:
@@ -131,7 +142,8 @@ def app_statuses(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceApp | None, list
 
 
 def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
-    """The prompt a runner's needs-input status names in its `uri`, or None (any other status)."""
+    """The prompt a runner's needs-input status names in its `uri`, or None (any other status): its id, tool
+    and time only, never its input (the agent can post this mark too: `asks` reads the prompt from the runner)."""
     if not status.uri.startswith(RUNNER_PROMPT_URI):
         return None
     fields = {k: v[0] for k, v in parse_qs(status.uri[len(RUNNER_PROMPT_URI):]).items()}
@@ -141,13 +153,15 @@ def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
         asked = parse_timestamp(fields.get("asked_at")) or status.created_at
     except ValueError:
         asked = status.created_at
-    return Pending(tool=fields.get("tool", ""), summary=fields.get("input", ""), since=asked, id=fields["prompt"])
+    return Pending(tool=fields.get("tool", ""), summary="", since=asked, id=fields["prompt"])
 
 
 def waits_for(pending: Pending) -> str:
     """The `problem` of a needs_input agent; the input is quoted: it is the agent's, not the fleet's."""
     asked = f"prompt {pending.id}: " if pending.id else ""
-    return f"Waits for an answer to {asked}permission to use {pending.tool}; the agent's input: {pending.summary!r}"
+    said = f"; the agent's input: {pending.summary!r}" if pending.summary else \
+        "; its input is read from the agent's program (show_agent)" if pending.input is None else ""
+    return f"Waits for an answer to {asked}permission to use {pending.tool}{said}"
 
 
 def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
@@ -193,6 +207,10 @@ def list_status(ws: Workspace, slugs: Slugs) -> Status:
     if not statuses and ws.latest_build.build_number <= 1:
         # A new agent's first turn is its spec, which starts as soon as its program is up.
         return Status("busy", source="app status", since=base.since)
+    if not statuses:
+        # Restarted: its program reports once Claude Code is up again (AgentAPI's replay, the runner's ready);
+        # until then a task would only wait, so it is not idle yet.
+        return Status("starting", source="app status", since=base.since)
     return turn_status(statuses, runner=app is not None and app.slug == slugs.runner)
 
 
@@ -208,8 +226,8 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
     turn = list_status(snap.workspace, slugs)
     if turn.value == "unknown":  # the driver answers what the listing could not; how the last turn ended stays unknown
         turn = Status("idle", source="driver", since=live.since)
-    if live.state == "starting":  # the runner is (re)connecting to Claude Code; a task sent now waits for it
-        return Status("starting", source="driver", since=live.since)
+    if live.state == "starting":  # the runner is (re)connecting to Claude Code; work it holds waits for it
+        return Status("busy" if live.queued else "starting", source="driver", since=live.since)
     if live.state == "working":
         return Status("busy", source="driver", since=live.since or turn.since)
     if live.state == "needs_input":
@@ -219,9 +237,9 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
         return Status("failed", live.error or "The agent's program reported an error.", "driver", live.since)
     _, app = agent_and_app(snap.workspace, slugs)
     runner = app is not None and app.slug == slugs.runner
-    if turn.value == "busy" or (turn.value == "needs_input" and runner):
-        # The reporter lags behind the driver: the turn is over, the prompt answered. (AgentAPI's `stable` cannot
-        # tell a prompt on its screen from a finished turn: there the reports decide.)
+    if turn.value in ("busy", "starting") or (turn.value == "needs_input" and runner):
+        # The reporter lags behind the driver: the turn is over, the prompt answered, the program up. (AgentAPI's
+        # `stable` cannot tell a prompt on its screen from a finished turn: there the reports decide.)
         turn = replace(turn, value="idle", problem=None, pending=None)
     return replace(turn, source="driver", since=live.since or turn.since)
 

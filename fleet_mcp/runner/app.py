@@ -6,18 +6,19 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import asdict
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, JsonValue, ValidationError, field_validator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .changes import PAGE_MAX, DiffRefused
-from .prompts import Conflict, StalePrompt
+from .. import runner_wire as wire
+from ..runner_wire import CONTENT_MAX
+from .changes import DiffRefused
+from .prompts import Conflict, InputCut, PromptChanged, StalePrompt
 from .session import Conversation
 from .typed import invalid_schema
 
@@ -25,7 +26,6 @@ __all__ = ["BODY_MAX", "build_app"]
 
 log = logging.getLogger("fleet_mcp.runner")
 BODY_MAX = 1 << 20
-CONTENT_MAX = 65536
 Body = TypeVar("Body", bound=BaseModel)
 
 
@@ -37,16 +37,12 @@ class BadRequest(Exception):
         self.status, self.code = status, code
 
 
-class MessageBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    content: str
-    if_busy: Literal["reject", "queue", "interrupt"] = "reject"
-    result_schema: dict[str, Any] | None = None
+class MessageBody(wire.MessageBody):
+    """The wire's message, with the runner's rules on its content and schema."""
 
     @field_validator("result_schema")
     @classmethod
-    def _a_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _a_schema(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
         if value is not None and (why := invalid_schema(value)):
             raise ValueError(why)
         return value
@@ -62,30 +58,12 @@ class MessageBody(BaseModel):
         return value
 
 
-class AnswerBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    decision: Literal["allow", "deny"]
-    prompt_id: str = Field(min_length=1, max_length=100)  # the prompt answered: never another one
-    message: str = Field("", max_length=CONTENT_MAX)
-
-
-class DiffQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    scope: Literal["task", "agent"] = "task"
-    path: str | None = Field(None, min_length=1, max_length=4096)
-    format: Literal["unified", "patch"] = "unified"
-    page: int = Field(1, ge=1, le=1_000_000)
-    page_size: int = Field(20, ge=1, le=PAGE_MAX)
-
-
-class EmptyBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _json(answer: wire.Answer, status: int = 200) -> JSONResponse:
+    return JSONResponse(answer.model_dump(mode="json"), status_code=status)
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": code, "message": message}, status_code=status)
+    return _json(wire.Error(error=code, message=message), status)
 
 
 async def _body(request: Request, model: type[Body], *, optional: bool = False) -> Body:
@@ -117,45 +95,45 @@ def build_app(conversation: Conversation) -> Starlette:
     c = conversation
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+        return _json(wire.Health())
 
     async def state(request: Request) -> JSONResponse:
-        return JSONResponse(c.state_json())
+        return _json(c.state_now())
 
     async def messages(request: Request) -> JSONResponse:
-        return JSONResponse({"messages": [asdict(m) for m in c.saved.messages]})
+        return _json(wire.Messages(messages=c.saved.messages))
 
     async def message(request: Request) -> JSONResponse:
         body = await _body(request, MessageBody)
         queued = await c.send(body.content, body.if_busy, body.result_schema)
         await c.reporter.delivered()  # Coder shows the agent working before the sender hears "accepted"
-        return JSONResponse({"accepted": True, "queued": queued, "state": c.state_json()}, status_code=202)
+        return _json(wire.Sent(accepted=True, queued=queued, state=c.state_now()), 202)
 
     async def interrupt(request: Request) -> JSONResponse:
-        await _body(request, EmptyBody, optional=True)
+        await _body(request, wire.EmptyBody, optional=True)
         await c.interrupt()
-        return JSONResponse({"state": c.state_json()}, status_code=202)
+        return _json(wire.Done(state=c.state_now()), 202)
 
     async def answer(request: Request) -> JSONResponse:
-        body = await _body(request, AnswerBody)
-        c.answer(body.decision == "allow", body.message, body.prompt_id)
+        body = await _body(request, wire.AnswerBody)
+        answered = c.answer(body.decision == "allow", body.message, body.prompt_id, body.digest, body.allow_truncated)
         await c.reporter.delivered()
-        return JSONResponse({"state": c.state_json()})
+        return _json(wire.AnswerDone(state=c.state_now(), answered=answered.shown()))
 
     async def result(request: Request) -> JSONResponse:
-        return JSONResponse({"result": asdict(c.saved.results[-1]) if c.saved.results else None})
+        return _json(wire.LastResult(result=c.saved.results[-1] if c.saved.results else None))
 
     async def results(request: Request) -> JSONResponse:
-        return JSONResponse({"results": [asdict(r) for r in c.saved.results]})
+        return _json(wire.Results(results=c.saved.results))
 
     async def diff(request: Request) -> JSONResponse:
         try:
-            q = DiffQuery.model_validate(dict(request.query_params))
+            q = wire.DiffQuery.model_validate(dict(request.query_params))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise BadRequest(400, "bad_request", problems) from None
         try:
-            return JSONResponse(await c.changes.diff(q.scope, q.path, q.format, q.page, q.page_size))
+            return _json(await c.changes.diff(q.scope, q.path, q.format, q.page, q.page_size))
         except DiffRefused as exc:
             raise BadRequest(400, exc.code, str(exc)) from None
 
@@ -165,9 +143,9 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def conflict(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Conflict)
-        if isinstance(exc, StalePrompt):  # what waits now, and what became of the prompt named
-            return JSONResponse({"error": exc.code, "message": str(exc), "pending": exc.pending.json()
-                                 if exc.pending else None, "answered": exc.answered}, status_code=409)
+        if isinstance(exc, (StalePrompt, PromptChanged, InputCut)):  # what waits now (whole), what became of it
+            return _json(wire.StaleAnswer(error=exc.code, message=str(exc), pending=exc.pending.shown()
+                                          if exc.pending else None, answered=exc.answered), 409)
         return _error(409, exc.code, str(exc))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:

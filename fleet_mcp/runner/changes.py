@@ -9,8 +9,6 @@ the repository's object store. Git runs in a worker thread: a turn's end never b
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import json
 import logging
@@ -20,15 +18,16 @@ import posixpath
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Literal
 
+from ..runner_wire import DIFF_PAGE_MAX, Changes, Diff, DiffFile
 from . import gitrepo
 from .gitexec import GitError, Isolated, isolate
 from .gitrepo import Point
 
-__all__ = ["PAGE_MAX", "ChangeLog", "DiffRefused", "line"]
+__all__ = ["ChangeLog", "DiffRefused", "line"]
 
 log = logging.getLogger("fleet_mcp.runner")
-PAGE_MAX = 50
 LISTED_MAX = 10_000  # files a diff pages through; summaries count them all
 # What one page's diffs may take as JSON (each twice in a patch page: in `files` and in `patch`): well within
 # the 1 MiB the fleet reads of an answer, which any page of big files would pass otherwise.
@@ -43,20 +42,20 @@ class DiffRefused(Exception):
         self.code = code
 
 
-def _left_out(shown: dict[str, Any], cost: int) -> dict[str, Any]:
+def _left_out(shown: DiffFile, cost: int) -> DiffFile:
     """A file named on a full page without its diff, saying how to get it: by its path (a page of its own)."""
     note = (f"not shown: this page's diffs reached {PAGE_BYTES // 1024} KB before it (its own is {cost // 1024 + 1} "
-            f"KB); ask for path={shown['path']!r} to see it")
-    return {**shown, "diff": "", "truncated": True, "note": note}
+            f"KB); ask for path={shown.path!r} to see it")
+    return shown.model_copy(update={"diff": "", "truncated": True, "note": note})
 
 
-def line(summary: dict[str, Any] | None) -> str | None:
+def line(summary: Changes | None) -> str | None:
     """One line for a summary: "3 files, +120 −8" (and the commits when there are any)."""
     if not summary:
         return None
-    n = summary.get("files_total", 0)
-    text = f"{n} file{'s' * (n != 1)}, +{summary.get('added_lines', 0)} −{summary.get('removed_lines', 0)}"
-    commits = summary.get("commits_total", 0)
+    n = summary.files_total
+    text = f"{n} file{'s' * (n != 1)}, +{summary.added_lines} −{summary.removed_lines}"
+    commits = summary.commits_total
     return text + (f", {commits} commit{'s' * (commits != 1)}" if commits else "")
 
 
@@ -70,8 +69,8 @@ class ChangeLog:
         self.origin: Point | None = None
         self.start: Point | None = None
         self.why_none: str | None = None  # why the running task has no start point
-        self.task: dict[str, Any] | None = None
-        self.agent: dict[str, Any] | None = None
+        self.task: Changes | None = None
+        self.agent: Changes | None = None
         self._load()
 
     # --- recording ----------------------------------------------------------------------------------------
@@ -80,7 +79,7 @@ class ChangeLog:
         """Note where the repository stands as a task starts (and, the first time, as the agent starts)."""
         await asyncio.to_thread(self._begin)
 
-    async def finish(self) -> tuple[dict[str, Any] | None, str | None]:
+    async def finish(self) -> tuple[Changes | None, str | None]:
         """The task's changes since `begin`, or (None, why not); also updates the totals since the start."""
         return await asyncio.to_thread(self._finish)
 
@@ -99,15 +98,15 @@ class ChangeLog:
                 log.warning("changes: %s", self.why_none)
         self._save()
 
-    def _finish(self) -> tuple[dict[str, Any] | None, str | None]:
+    def _finish(self) -> tuple[Changes | None, str | None]:
         if self.start is None:
             return None, self.why_none or "the task's start was not recorded"
         try:
             end = gitrepo.point(self.start.repository, self._scratch())
             git = isolate(end.repository, self._scratch())
-            self.task = gitrepo.summary(git, self.start, end)
+            self.task = Changes.model_validate(gitrepo.summary(git, self.start, end))
             if self.origin is not None:
-                self.agent = gitrepo.summary(git, self.origin, end)
+                self.agent = Changes.model_validate(gitrepo.summary(git, self.origin, end))
         except (GitError, OSError) as exc:
             log.warning("changes: %s", exc)
             return None, f"git could not read the repository at the task's end: {exc}"
@@ -134,18 +133,16 @@ class ChangeLog:
 
     # --- reading --------------------------------------------------------------------------------------------
 
-    def state_json(self) -> dict[str, Any]:
-        return {"changes_summary": line(self.task)}
-
-    async def diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> dict[str, Any]:
+    async def diff(self, scope: Literal["task", "agent"], path: str | None, fmt: str, page: int,
+                   page_size: int) -> Diff:
         return await asyncio.to_thread(self._diff, scope, path, fmt, page, page_size)
 
-    def _diff(self, scope: str, path: str | None, fmt: str, page: int, page_size: int) -> dict[str, Any]:
+    def _diff(self, scope: Literal["task", "agent"], path: str | None, fmt: str, page: int, page_size: int) -> Diff:
         summary = self.task if scope == "task" else self.agent
         if summary is None:
             raise DiffRefused("no_changes", "no finished task has recorded changes yet" + (
                 f" ({self.why_none})" if self.why_none else ""))
-        repo, base, tree = summary["repository"], summary["start_tree"], summary["end_tree"]
+        repo, base, tree = summary.repository, summary.start_tree, summary.end_tree
         try:
             git = isolate(repo, self._scratch())
             listed, _ = gitrepo.entries(git, base, tree, LISTED_MAX)
@@ -156,27 +153,27 @@ class ChangeLog:
             listed = [e for e in listed if wanted in (e.path, e.old_path)]
             if not listed:
                 raise DiffRefused("not_changed", f"{path!r} is not among the files this {scope} changed")
-        size = min(max(page_size, 1), PAGE_MAX)
+        size = min(max(page_size, 1), DIFF_PAGE_MAX)
         pages = max(1, math.ceil(len(listed) / size))
-        files: list[dict[str, Any]] = []
+        files: list[DiffFile] = []
         patch: list[str] = []
         used = 0
         for entry in listed[(page - 1) * size:page * size]:
             shown = self._file(git, base, tree, entry, fmt == "patch")
-            cost = len(json.dumps(shown["diff"])) * (2 if fmt == "patch" and not shown["truncated"] else 1)
+            cost = len(json.dumps(shown.diff)) * (2 if fmt == "patch" and not shown.truncated else 1)
             if files and used + cost > PAGE_BYTES:  # the first file of a page is always shown (at most 50 KB)
                 shown = _left_out(shown, cost)
             else:
                 used += cost
             files.append(shown)
-            if fmt == "patch" and not shown["truncated"]:
-                patch.append(shown["diff"])
-        return {"scope": scope, "files": files, "patch": "".join(patch) if fmt == "patch" else None, "page": page,
-                "pages": pages, "files_total": summary["files_total"], "start_commit": summary["start_commit"],
-                "end_commit": summary["end_commit"]}
+            if fmt == "patch" and not shown.truncated:
+                patch.append(shown.diff)
+        return Diff(scope=scope, files=files, patch="".join(patch) if fmt == "patch" else None, page=page,
+                    pages=pages, files_total=summary.files_total, start_commit=summary.start_commit,
+                    end_commit=summary.end_commit)
 
     @staticmethod
-    def _file(git: Isolated, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> dict[str, Any]:
+    def _file(git: Isolated, base: str, tree: str, entry: gitrepo.Entry, patch: bool) -> DiffFile:
         raw, cut = gitrepo.diff_file(git, base, tree, entry, binary_patch=patch)
         name = entry.path.decode(errors="backslashreplace")
         try:
@@ -190,7 +187,7 @@ class ChangeLog:
         if cut and note is None:
             note = f"cut at {gitrepo.DIFF_FILE_MAX} bytes" + (": left out of the patch" if patch else "")
         binary = b"\nBinary files " in raw or b"\nGIT binary patch" in raw
-        return {"path": name, "diff": text, "truncated": cut, "binary": binary, "note": note}
+        return DiffFile(path=name, diff=text, truncated=cut, binary=binary, note=note)
 
     # --- durability -------------------------------------------------------------------------------------------
 
@@ -199,7 +196,8 @@ class ChangeLog:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
             self.origin = Point(**raw["origin"]) if raw.get("origin") else None
             self.start = Point(**raw["start"]) if raw.get("start") else None
-            self.why_none, self.task, self.agent = raw.get("why_none"), raw.get("task"), raw.get("agent")
+            self.why_none = raw.get("why_none")
+            self.task, self.agent = (Changes.model_validate(raw[k]) if raw.get(k) else None for k in ("task", "agent"))
         except FileNotFoundError:
             return
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a bad file loses the diffs, not the agent
@@ -208,7 +206,8 @@ class ChangeLog:
     def _save(self) -> None:
         data = json.dumps({"origin": asdict(self.origin) if self.origin else None,
                            "start": asdict(self.start) if self.start else None, "why_none": self.why_none,
-                           "task": self.task, "agent": self.agent}, ensure_ascii=False)
+                           "task": self.task.model_dump() if self.task else None,
+                           "agent": self.agent.model_dump() if self.agent else None}, ensure_ascii=False)
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".changes-", suffix=".tmp")

@@ -13,12 +13,13 @@ import contextlib
 import logging
 from typing import Any
 
+from ..runner_wire import ANSWERED_SHOWN, Message, Result, State, TurnEnd
 from . import sdk, typed
 from .changes import ChangeLog, line
-from .prompts import Conflict, Prompts
+from .prompts import Conflict, Pending, Prompts
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
-from .store import Message, Result, Saved, Store, latest_output, latest_task, now_iso
+from .store import Saved, Store, latest_output, latest_task, now_iso
 
 __all__ = ["Conversation"]
 
@@ -61,23 +62,21 @@ class Conversation:
 
     # --- what the HTTP layer reads and does --------------------------------------------------------------------
 
-    def state_json(self) -> dict[str, Any]:
-        return {"state": self.state, "since": self.since, "session_id": self.saved.session_id,
-                "model": self.saved.model, "current_task": self.current_task,
-                "latest_output": latest_output(self.saved.messages),  # the agent's words: data for a glance
-                "pending": self.prompts.pending.json() if self.prompts.pending else None,
-                "answered": self.prompts.answered[-10:],
-                "error": self.error,
-                "queued": len(self.saved.queue), "turns": self.saved.turns, "cost_usd": round(self.saved.cost_usd, 6),
-                "last_activity_at": self.last_activity_at, **self._last_turn_json()}
-
-    def _last_turn_json(self) -> dict[str, Any]:
-        """The last turn at a glance: how it ended, its cost, and a line on what it changed."""
+    def state_now(self) -> State:
+        """`GET /state`, and the state every write answers with; the last turn at a glance at its end: how it
+        ended, its cost, and a line on what it changed."""
         last = self.saved.results[-1] if self.saved.results else None
-        outcome = None if last is None else "interrupted" if last.interrupted else "failed" if last.is_error \
-            else "succeeded"
-        return {"last_turn": outcome, "last_cost_usd": last.total_cost_usd if last else None,
-                "changes_summary": line(last.changes) if last else None}
+        outcome: TurnEnd | None = None if last is None else "interrupted" if last.interrupted \
+            else "failed" if last.is_error else "succeeded"
+        return State(state=self.state, since=self.since, session_id=self.saved.session_id, model=self.saved.model,
+                     current_task=self.current_task,
+                     latest_output=latest_output(self.saved.messages),  # the agent's words: data for a glance
+                     pending=self.prompts.pending.shown() if self.prompts.pending else None,
+                     answered=self.prompts.answered[-ANSWERED_SHOWN:], error=self.error,
+                     queued=len(self.saved.queue), turns=self.saved.turns, cost_usd=round(self.saved.cost_usd, 6),
+                     last_activity_at=self.last_activity_at, last_turn=outcome,
+                     last_cost_usd=last.total_cost_usd if last else None,
+                     changes_summary=line(last.changes) if last else None)
 
     async def send(self, content: str, if_busy: str, result_schema: dict[str, Any] | None = None) -> bool:
         """Starts a turn with `content`, or queues it; True when queued. Raises Conflict when refused.
@@ -141,11 +140,11 @@ class Conversation:
             with contextlib.suppress(Exception):  # the first one was taken; a later one is only a second try
                 await asyncio.wait_for(client.interrupt(), INTERRUPT_AGAIN_S)
 
-    def answer(self, allow: bool, message: str, prompt_id: str | None = None) -> None:
-        """Allows or denies the pending tool call, only if it is `prompt_id` (when given): an answer never
-        lands on a prompt its sender did not see. Conflict when nothing waits, StalePrompt for another."""
-        self.prompts.answer(allow, message, prompt_id)
+    def answer(self, allow: bool, message: str, prompt_id: str, digest: str, allow_truncated: bool = False) -> Pending:
+        """Allows or denies the pending tool call, only as its sender was shown it (`Prompts.answer`)."""
+        answered = self.prompts.answer(allow, message, prompt_id, digest, allow_truncated)
         self._set_state("working")
+        return answered
 
     # --- the SDK session --------------------------------------------------------------------------------------
 
@@ -166,10 +165,11 @@ class Conversation:
                 schema = typed.schema_of(self.saved.queue[0]) if self.saved.queue else None
                 options = sdk.options(self.settings, self.saved.session_id, self._can_use_tool, schema)
                 async with ClaudeSDKClient(options) as client:
-                    self._client, self._schema = client, schema
-                    self.error = None
+                    self._client, self._schema, self.error = client, schema, None
                     self._set_state("idle")
                     self._next()
+                    if self.state == "idle":  # nothing to do: every list learns from Coder that it is ready
+                        self.reporter.ready()
                     # The SDK closes the CLI well only when its own task is not cancelled: stop reading, then leave.
                     reader = self._reader = asyncio.create_task(self._read(client))
                     if await self._until_closing(reader):
@@ -335,7 +335,7 @@ class Conversation:
 
     async def _can_use_tool(self, tool: str, tool_input: dict[str, Any], context: Any) -> Any:
         summary = sdk.summarize(tool, tool_input)
-        pending = self.prompts.ask(tool, summary)
+        pending = self.prompts.ask(tool, tool_input, summary)
         self._set_state("needs_input")
         self.reporter.needs_input(pending.id, tool, summary, pending.since)
         allow, message = await self.prompts.wait(pending, self.settings.permission_timeout_s)
@@ -346,7 +346,8 @@ class Conversation:
         return sdk.decision(allow, message, self._interrupted)
 
     def _add(self, role: str, content: str) -> None:
-        self.saved.messages.append(Message(self.saved.next_message_id, role, content, now_iso()))
+        self.saved.messages.append(Message(id=self.saved.next_message_id, role=role, content=content,
+                                           time=now_iso()))
         self.saved.next_message_id += 1
         self._save()
 

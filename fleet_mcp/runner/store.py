@@ -6,55 +6,24 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MESSAGES_KEPT", "PREVIEW_CHARS", "RESULTS_KEPT", "Message", "Result", "Saved", "Store", "latest_output",
-           "latest_task", "now_iso"]
+from ..runner_wire import MESSAGES_KEPT, RESULTS_KEPT, Message, Result
+
+__all__ = ["PREVIEW_CHARS", "Saved", "Store", "latest_output", "latest_task", "now_iso"]
 
 log = logging.getLogger("fleet_mcp.runner")
-MESSAGES_KEPT = 1000  # older ones are dropped (ids keep counting), so each write stays bounded
-RESULTS_KEPT = 200
 VERSION = 1
+SCALARS = ("session_id", "model", "spec_sent", "session_cost_usd", "cost_usd", "turns", "next_message_id")
 PREVIEW_CHARS = 300  # of the newest output, in /state: what a fleet's glance shows, without the conversation
 
 
 def now_iso() -> str:
     """Now, as ISO-8601 UTC with a Z."""
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass
-class Message:
-    """One conversation entry: role is user, assistant, tool_use or tool_result."""
-
-    id: int
-    role: str
-    content: str
-    time: str
-
-
-@dataclass
-class Result:
-    """A finished turn, as `GET /result` shows it."""
-
-    task: str
-    text: str
-    is_error: bool
-    subtype: str
-    num_turns: int
-    duration_ms: int
-    total_cost_usd: float | None
-    session_id: str
-    started_at: str
-    finished_at: str
-    pull_request_url: str | None
-    interrupted: bool
-    changes: dict[str, Any] | None = None  # what the turn changed in the repository (changes.py), or None and why
-    changes_unavailable: str | None = None
-    structured: Any = None  # the validated answer when the task asked for a result_schema
 
 
 @dataclass
@@ -106,7 +75,7 @@ class Store:
             raise ValueError(f"{self.path}: not a fleet runner state file (version {VERSION})")
         try:
             return self._parse(raw)
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError):  # pydantic's ValidationError is a ValueError
             raise ValueError(f"{self.path}: a fleet runner state file with unreadable fields") from None
 
     @staticmethod
@@ -116,15 +85,18 @@ class Store:
             session_cost_usd=float(raw.get("session_cost_usd") or 0.0), cost_usd=float(raw.get("cost_usd") or 0.0),
             turns=int(raw.get("turns") or 0),
             next_message_id=int(raw.get("next_message_id") or 1),
-            messages=[Message(**m) for m in raw.get("messages", [])],
-            results=[Result(**r) for r in raw.get("results", [])],
+            messages=[Message.model_validate(m) for m in raw.get("messages", [])],
+            results=[Result.model_validate(r) for r in raw.get("results", [])],
             queue=[q if isinstance(q, dict) and isinstance(q.get("content"), str) else str(q)
                    for q in raw.get("queue", [])])
 
     def save(self, saved: Saved) -> None:
         del saved.messages[:-MESSAGES_KEPT]
         del saved.results[:-RESULTS_KEPT]
-        data = json.dumps({"version": VERSION, **asdict(saved)}, ensure_ascii=False)
+        data = json.dumps({"version": VERSION, **{k: getattr(saved, k) for k in SCALARS},
+                           "messages": [m.model_dump() for m in saved.messages],
+                           "results": [r.model_dump() for r in saved.results], "queue": saved.queue},
+                          ensure_ascii=False)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-", suffix=".tmp")

@@ -35,8 +35,8 @@ from fleet_mcp.coder.schemas import (
     parse_timestamp,
 )
 from fleet_mcp.drivers.agentapi import AgentStatus, is_busy_refusal
-from fleet_mcp.drivers.wire import ConversationPage as MessagesPage
-from fleet_mcp.drivers.wire import WireMessage as AgentMessage
+from fleet_mcp.drivers.agentapi import ConversationPage as MessagesPage
+from fleet_mcp.drivers.agentapi import WireMessage as AgentMessage
 from fleet_mcp.settings import Settings
 
 WORKSPACE_STATUSES = {
@@ -298,7 +298,7 @@ def test_null_slices_and_unknown_enums() -> None:
     assert app.statuses == [] and app.health == "brand-new"
     status = AgentStatus.model_validate({"status": "stable", "agent_type": "claude"})
     assert status.transport is None
-    assert MessagesPage.model_validate({"messages": None}).messages == []
+    assert not MessagesPage.model_validate({"messages": None}).messages
 
 
 def test_app_statuses_newest_first() -> None:

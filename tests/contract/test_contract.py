@@ -60,12 +60,13 @@ async def test_list_agent_roles(fleet, project):
 
 @contract
 async def test_create_agent(fleet, project):
-    """A new agent answers `pending` (its build is queued) with its spec as task; a taken name or unknown role
-    is `bad_request`."""
+    """A new agent answers `busy` (the contract: it holds its spec while its build is queued) with its spec as
+    task; a taken name or unknown role is `bad_request`."""
     created = await fleet("create_agent", name="ct-create", project=project, role="operator", spec=QUICK)
     agent = created["agent"]
     assert (agent["name"], agent["status"], agent["role"], agent["project"]) == (
-        "ct-create", "pending", "operator", project)
+        "ct-create", "busy", "operator", project)
+    assert agent["workspace_status"] == "pending"
     assert agent["spec"] == agent["current_task"] == QUICK and agent["workspace_id"]
     assert agent["created_at"].endswith("Z") and "ct-create" in created["message"]
     assert agent["metadata"]["fleet_mcp_agent_name"] == "ct-create"
@@ -163,7 +164,8 @@ async def test_start_agent_task(fleet, project):
 async def test_cancel_agent_task(fleet, project):
     """ESC interrupts a hanging task and the agent is idle; cancelling again is `bad_request`."""
     await fleet("create_agent", name="ct-cancel", project=project, spec=HANG)
-    await fleet.listed("ct-cancel", lambda entry: entry["status"] == "busy")
+    # Busy from the start (its spec waits for the workspace): wait until the agent's program reports the turn.
+    await fleet.listed("ct-cancel", lambda entry: (entry["status"], entry["status_source"]) == ("busy", "app status"))
     cancelled = await fleet("cancel_agent_task", agent_name="ct-cancel")
     assert cancelled["agent_status"] == "idle"
     assert cancelled["task"]["state"] == "canceled" and cancelled["task"]["message"].endswith(" - canceled")
@@ -176,7 +178,8 @@ async def test_cancel_agent_task(fleet, project):
 async def test_delete_agent(fleet, project):
     """Delete answers at once; once the workspace is gone, the agent is `not_found` but a second delete succeeds."""
     created = (await fleet("create_agent", name="ct-delete", project=project, spec=QUICK))["agent"]
-    await fleet.listed("ct-delete", lambda entry: entry["status"] in ("busy", "idle"))
+    await fleet.listed("ct-delete", lambda entry: entry["status"] in ("busy", "idle")
+                       and entry["status_source"] == "app status")
     deleted = await fleet("delete_agent", agent_name="ct-delete")
     assert deleted["deleted_agent"] == {"name": "ct-delete", "workspace_id": created["workspace_id"]}
     assert "ct-delete" in deleted["message"]
@@ -191,7 +194,7 @@ async def test_delete_agent(fleet, project):
 async def test_wait_for_agents(fleet, project):
     """A wait on a group ends when every agent's turn is over; an unknown name is `not_found` at once."""
     await fleet("create_agent", name="ct-wait", project=project, spec=QUICK)
-    await fleet.listed("ct-wait", lambda a: a["status"] in ("busy", "idle"))
+    await fleet.listed("ct-wait", lambda a: a["status"] in ("busy", "idle") and a["status_source"] == "app status")
     waited = await fleet("wait_for_agents", agent_names=["ct-wait"], until="idle", timeout_s=600)
     assert waited["met"] == ["ct-wait"] and waited["timed_out"] is False
     assert waited["agents"][0]["status"] == "idle"
@@ -218,11 +221,13 @@ async def test_answer_agent(fleet, project):
     await fleet("create_agent", name="ct-answer", project=project,
                 spec="Run the shell command `touch ct-answer.txt`. [[permission]] [[finish:1]]")
     await fleet.listed("ct-answer", lambda a: a["status"] == "needs_input")
-    asked = (await fleet("show_agent", agent_name="ct-answer"))["agent"]["pending"]["prompt_id"]
-    answered = await fleet("answer_agent", agent_name="ct-answer", prompt_id=asked, decision="allow")
+    pending = (await fleet("show_agent", agent_name="ct-answer"))["agent"]["pending"]
+    asked, digest = pending["prompt_id"], pending["digest"]
+    answered = await fleet("answer_agent", agent_name="ct-answer", prompt_id=asked, digest=digest, decision="allow")
     assert answered["decision"] == "allow" and answered["agent_status"] in ("busy", "idle")
     await fleet.finished("ct-answer")
-    nothing = await fleet.error("answer_agent", agent_name="ct-answer", prompt_id=asked, decision="allow")
+    nothing = await fleet.error("answer_agent", agent_name="ct-answer", prompt_id=asked, digest=digest,
+                                decision="allow")
     assert nothing["error"] == "conflict" and nothing["details"]["prompt_id"] == asked
     await fleet("delete_agent", agent_name="ct-answer")
 

@@ -14,7 +14,8 @@ from test_bench_bodies import standin
 
 from fleet_mcp.emulator.runners.project import seed_repository
 from fleet_mcp.runner.changes import ChangeLog
-from fleet_mcp.runner.store import Message, Result, Saved
+from fleet_mcp.runner.store import Saved
+from fleet_mcp.runner_wire import Changes, Message, Result
 
 APP = "/@demo/bench-0001.main/apps/fleet/"
 AT = "2026-11-24T12:00:00.000Z"
@@ -27,10 +28,11 @@ def stand_in(route: str) -> dict:
     return json.loads(body)
 
 
-def one_turn(changes: dict | None) -> Saved:
+def one_turn(changes: Changes | None) -> Saved:
     """A runner idle after one finished turn, as the stand-in's runners are."""
     return Saved(session_id="s-1", model="claude-sonnet-4-5", turns=1, cost_usd=0.04, next_message_id=3,
-                 messages=[Message(1, "user", "Benchmark agent", AT), Message(2, "assistant", "Done.", AT)],
+                 messages=[Message(id=1, role="user", content="Benchmark agent", time=AT),
+                           Message(id=2, role="assistant", content="Done.", time=AT)],
                  results=[Result(task="Benchmark agent", text="Done.", is_error=False, subtype="success", num_turns=6,
                                  duration_ms=41000, total_cost_usd=0.04, session_id="s-1", started_at=AT,
                                  finished_at=AT, pull_request_url=None, interrupted=False, changes=changes)])

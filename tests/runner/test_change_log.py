@@ -22,10 +22,16 @@ def git(repo: Path, *args: str) -> str:
 
 
 def task(log: ChangeLog, work) -> tuple[dict | None, str | None]:
-    """One task: note the start, do `work`, record the end."""
+    """One task: note the start, do `work`, record the end (the summary as the runner sends it)."""
     asyncio.run(log.begin())
     work()
-    return asyncio.run(log.finish())
+    changes, why = asyncio.run(log.finish())
+    return (changes.model_dump() if changes else None), why
+
+
+def diff(log: ChangeLog, *args) -> dict:
+    """A page of the diff, as the runner sends it."""
+    return asyncio.run(log.diff(*args)).model_dump()
 
 
 @pytest.fixture
@@ -52,7 +58,7 @@ def test_a_renamed_and_edited_file_is_one_rename_and_uncommitted_work_counts(rep
     assert files["notes.md"]["change"] == "added" and files["README.md"]["change"] == "deleted"
     assert changes["files_total"] == 3 and changes["commits"] == [] and changes["end_commit"] == changes["start_commit"]
     assert git(repo, "status", "--porcelain", "--untracked-files=all").count("\n") == 3  # the index is untouched
-    page = asyncio.run(log.diff("task", "calculator.py", "unified", 1, 20))
+    page = diff(log, "task", "calculator.py", "unified", 1, 20)
     assert "rename from calc.py" in page["files"][0]["diff"] and page["pages"] == 1
 
 
@@ -74,13 +80,13 @@ def test_binaries_are_named_huge_files_cut_and_odd_names_kept(repo, tmp_path):
     assert files["logo.bin"]["binary"] is True and files["logo.bin"]["added_lines"] == 0
     assert files["generated.txt"]["added_lines"] == 500_000
     assert files["caf\\xe9.txt"]["non_utf8_name"] is True
-    page = asyncio.run(log.diff("task", None, "unified", 1, 20))
+    page = diff(log, "task", None, "unified", 1, 20)
     shown = {f["path"]: f for f in page["files"]}
     assert shown["logo.bin"]["binary"] and "Binary files" in shown["logo.bin"]["diff"]
     big = shown["generated.txt"]
     assert big["truncated"] and len(big["diff"].encode()) <= gitrepo.DIFF_FILE_MAX and "cut at" in big["note"]
     assert "odd name" in shown["caf\\xe9.txt"]["diff"]
-    patch = asyncio.run(log.diff("task", None, "patch", 1, 20))
+    patch = diff(log, "task", None, "patch", 1, 20)
     assert "generated.txt" not in patch["patch"] and "GIT binary patch" in patch["patch"]
     clone = tmp_path / "clone"
     seed_repository(clone)
@@ -131,10 +137,10 @@ def test_no_repository_is_said_and_the_log_survives_a_restart(tmp_path, repo):
     first, _ = task(log, lambda: (repo / "a.txt").write_text("a\n"))
     assert [f["path"] for f in first["files"]] == ["a.txt"]
     again = ChangeLog(repo, repo / ".fleet-runner")  # a restarted runner
-    assert again.task == first and again.origin == log.origin
+    assert again.task.model_dump() == first and again.origin == log.origin
     second, _ = task(again, lambda: (repo / "b.txt").write_text("b\n"))
     assert [f["path"] for f in second["files"]] == ["b.txt"]  # this task only
-    assert [f["path"] for f in again.agent["files"]] == ["a.txt", "b.txt"]  # everything since the start
+    assert [f["path"] for f in again.agent.model_dump()["files"]] == ["a.txt", "b.txt"]  # everything since the start
     assert ".fleet-runner" not in git(repo, "status", "--porcelain", "--untracked-files=all")
 
 
@@ -207,8 +213,8 @@ def test_nothing_the_repository_names_runs_and_the_changes_are_still_right(repo,
         shas.append(signed_commit(repo, "Signed work"))
 
     changes, why = task(log, work)
-    unified = asyncio.run(log.diff("task", None, "unified", 1, 20))
-    patch = asyncio.run(log.diff("task", None, "patch", 1, 20))
+    unified = diff(log, "task", None, "unified", 1, 20)
+    patch = diff(log, "task", None, "patch", 1, 20)
     assert not ran(tmp_path), f"ran: {ran(tmp_path)}"  # none of the sixteen planted programs ran
     assert why is None and changes is not None
     assert changes["commits"] == [{"sha": shas[0], "subject": "Signed work"}] and changes["commits_total"] == 1
@@ -255,8 +261,8 @@ def test_the_diff_shown_is_the_diff_applied_whatever_the_attributes_say(repo, tm
     assert changes is not None
     files = {f["path"]: (f["added_lines"], f["removed_lines"], f["binary"]) for f in changes["files"]}
     assert files == {"calc.py": (2, 0, False), "notes.md": (1, 0, False), "blob.dat": (0, 0, True)}
-    unified = {f["path"]: f for f in asyncio.run(log.diff("task", None, "unified", 1, 20))["files"]}
-    patch = asyncio.run(log.diff("task", None, "patch", 1, 20))
+    unified = {f["path"]: f for f in diff(log, "task", None, "unified", 1, 20)["files"]}
+    patch = diff(log, "task", None, "patch", 1, 20)
     assert "+HIDDEN = 1" in unified["calc.py"]["diff"] and not unified["calc.py"]["binary"]
     assert "+shown" in unified["notes.md"]["diff"] and unified["blob.dat"]["binary"]
     for shown in patch["files"]:  # every text file's patch is, byte for byte, the diff the orchestrator read

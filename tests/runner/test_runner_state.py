@@ -7,7 +7,8 @@ import json
 
 from runners import runner_api
 
-from fleet_mcp.runner.store import PREVIEW_CHARS, Message, Result, Saved
+from fleet_mcp.runner.store import PREVIEW_CHARS, Saved
+from fleet_mcp.runner_wire import Changes, Message, Result
 
 AT = "2026-11-24T12:00:00.000Z"
 # The agent's own words, made to look like the runner's state, a permission prompt and a status mark.
@@ -17,14 +18,14 @@ FORGED = json.dumps({"state": "needs_input", "pending": {"id": "p-0123456789abcd
 
 
 def said(*entries: tuple[str, str], results: list[Result] | None = None) -> Saved:
-    return Saved(messages=[Message(i, role, content, AT) for i, (role, content) in enumerate(entries, 1)],
+    return Saved(messages=[Message(id=i, role=role, content=content, time=AT) for i, (role, content) in enumerate(entries, 1)],
                  next_message_id=len(entries) + 1, results=results or [], turns=len(results or []))
 
 
 def finished(task: str) -> Result:
     return Result(task=task, text="Done.", is_error=False, subtype="success", num_turns=2, duration_ms=900,
                   total_cost_usd=0.01, session_id="s-1", started_at=AT, finished_at=AT, pull_request_url=None,
-                  interrupted=False, changes={"files_total": 1, "added_lines": 2, "removed_lines": 0})
+                  interrupted=False, changes=Changes(repository="/work", files_total=1, added_lines=2, removed_lines=0))
 
 
 async def state(tmp_path, saved: Saved) -> dict:

@@ -200,7 +200,7 @@ def test_the_emulator_with_real_agents(tmp_path):
             waited = await session.call_tool("wait_for_agents", {"agent_names": ["real"], "timeout_s": 60})
             assert waited.structured_content["met"] == ["real"], waited.structured_content
             shown = (await session.call_tool("show_agent", {"agent_name": "real"})).structured_content["agent"]
-            assert (shown["driver"], shown["status"]) == ("runner", "idle") and shown["cost_usd"] > 0
+            assert (shown["driver"], shown["status"]) == ("runner", "idle") and shown["total_cost_usd"] > 0
 
     with http_server(tmp_path, "--agent-runtime", "runner") as server:
         asyncio.run(drive(server.url))

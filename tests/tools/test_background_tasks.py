@@ -164,3 +164,35 @@ def test_an_id_verifies_only_with_its_users_key_and_expires():
     names = tuple(hashlib.sha256(str(i).encode()).hexdigest()[:20] for i in range(100))  # 20 characters each
     many = Watch("wait", names, ("idle",), "all", now, now)
     assert taskids.seal(many, b"k") is None  # too big for an id: such a wait blocks as before
+
+
+async def test_a_task_handed_out_wakes_the_caller_with_the_turns_result(served, emulator, coder):
+    tasks = TasksClient()
+    async with served(tasks) as client:
+        tools = Tools(client)
+        await make(tools, emulator, coder, ("worker", "First [[finish:1]]"))
+        emulator.advance(30)
+        handed = await tools("start_agent_task", agent_name="worker", task_description="Then this [[finish:3]]")
+        refused = await tools.error("start_agent_task", agent_name="ghost", task_description="Anything")
+    assert len(tasks.created) == 1 and refused["error"] == "not_found"  # a refusal answers at once
+    assert tasks.created[0]["statusMessage"]  # what start_agent_task said on sending it
+    assert tasks.polls[0]["statusMessage"].startswith("0 of 1 agent reached idle/stopped/failed; waiting")
+    # start_agent_task's own shape, once the turn is over: the finished turn and its outcome.
+    assert set(handed) == {"task", "agent_status", "message"} and handed["agent_status"] == "idle"
+    assert handed["task"]["state"] == "complete" and handed["task"]["message"] == "Then this [[finish:3]]"
+    assert handed["message"].startswith("worker's turn is over: succeeded.")
+
+
+async def test_tasks_off_serves_every_client_blocking(emulator, conformance, coder):
+    from fastmcp import Client
+
+    from fleet_mcp.server import build_server
+
+    server = build_server(fleet_settings(tasks="off"),
+                          transport=CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
+    tasks = TasksClient()
+    async with Client(server, extensions=[tasks.extension()]) as client:
+        tools = Tools(client)
+        await make(tools, emulator, coder, ("blocked", "One [[finish:2]]"))
+        answer = await tools("wait_for_agents", agent_names=["blocked"], timeout_s=60)
+    assert answer["met"] == ["blocked"] and not tasks.created

@@ -5,7 +5,6 @@ bound is taken. A big diff fills a page to a byte budget and names what it left 
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 
 import pytest
@@ -64,7 +63,7 @@ async def test_a_patch_of_twenty_big_files_fills_a_page_and_names_the_rest(tools
     await log.finish()
     page = await log.diff("task", None, "patch", 1, 20)  # what the runner answers show_agent_diff's default page
     await runner_agent(coder, emulator, "big")
-    stand_in = {"match": "GET /@demo/big.*/apps/fleet/diff", "kind": "garbage", "body": json.dumps(page)}
+    stand_in = {"match": "GET /@demo/big.*/apps/fleet/diff", "kind": "garbage", "body": page.model_dump_json()}
     assert (await coder.post("/emulator/faults", json=stand_in)).status_code == 201
 
     shown = await tools("show_agent_diff", agent_name="big", format="patch")
@@ -76,4 +75,4 @@ async def test_a_patch_of_twenty_big_files_fills_a_page_and_names_the_rest(tools
     assert all(not f["diff"] and f"path={f['path']!r}" in f["note"] and f["path"] not in shown["patch"]
                for f in named), named[0]
     one = await log.diff("task", named[0]["path"], "patch", 1, 20)  # what the note says to ask for next
-    assert one["patch"].count("+++ b/") == 1 and named[0]["path"] in one["patch"]
+    assert one.patch is not None and one.patch.count("+++ b/") == 1 and named[0]["path"] in one.patch

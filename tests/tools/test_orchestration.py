@@ -51,7 +51,8 @@ async def test_wait_times_out_with_each_status(tools, emulator):
     answer = await tools("wait_for_agents", agent_names=["hanger"], until="idle", timeout_s=0.2)
     assert answer["timed_out"] is True and answer["met"] == []
     assert answer["agents"] == [{"name": "hanger", "status": "busy", "met": False, "status_since":
-                                 answer["agents"][0]["status_since"], "last_turn": None, "last_turn_error": None, "pending": None}]
+                                 answer["agents"][0]["status_since"], "last_turn": None, "last_turn_error": None,
+                                 "pending": None, "problem": None}]
     assert "Timed out" in answer["message"]
 
 
@@ -175,7 +176,7 @@ async def test_results_of_a_finished_a_failed_and_an_interrupted_turn(tools, emu
                ("halted", "Forever [[hang]]"), settle=60)
     fine = await tools("get_agent_result", agent_name="fine")
     assert fine["outcome"] == "succeeded" and "/pull/" in fine["pull_request_url"]
-    assert fine["truncated"] is False and fine["text"] and fine["cost_usd"] is None
+    assert fine["truncated"] is False and fine["text"] and fine["turn_cost_usd"] is None
     broken = await tools("get_agent_result", agent_name="broken")
     assert broken["outcome"] == "failed"
     assert (await tools.error("get_agent_result", agent_name="halted"))["error"] == "bad_request"

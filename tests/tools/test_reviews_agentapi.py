@@ -13,7 +13,7 @@ async def test_agentapi_agents_say_they_record_no_changes_and_refuse_typed_tasks
     assert result["changes"] is None and result["structured"] is None
     assert result["changes_unavailable"] == "AgentAPI agents record no changes (the runner does)."
     glance = (await tools("show_agents", agent_names=["screen"]))["agents"][0]
-    assert glance["last_turn"] == "succeeded" and glance["changes_summary"] is None and glance["cost_usd"] is None
+    assert glance["last_turn"] == "succeeded" and glance["changes_summary"] is None and glance["last_turn_cost_usd"] is None
 
     diff = await tools.error("show_agent_diff", agent_name="screen")
     assert diff["error"] == "bad_request" and "runner" in diff["message"] and diff["details"]["driver"] == "agentapi"

@@ -44,7 +44,7 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         assert glances["try-1"]["changes_summary"] == f"1 file, +{one['calc.py'][0]} −{one['calc.py'][1]}"
         assert glances["try-2"]["changes_summary"] == "2 files, +2 −0"  # two new files, untracked
         assert [glances[n]["last_turn"] for n in specs] == ["succeeded", "succeeded", "failed"]
-        assert glances["try-1"]["cost_usd"] > 0 and glances["try-3"]["changes_summary"] == "0 files, +0 −0"
+        assert glances["try-1"]["last_turn_cost_usd"] > 0 and glances["try-3"]["changes_summary"] == "0 files, +0 −0"
 
         await coder.delete("/emulator/requests")
         result = await tools("get_agent_result", agent_name="try-1")  # try-1 was seen ready: one round trip
@@ -62,7 +62,7 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         await tools("start_agent_task", agent_name="try-1", task_description="Commit it [[commit]]")
         asking = await tools("wait_for_agents", agent_names=["try-1"], until="needs_input", **WAIT)
         await tools("answer_agent", agent_name="try-1", prompt_id=asking["agents"][0]["pending"]["prompt_id"],
-                    decision="allow")
+                    digest=asking["agents"][0]["pending"]["digest"], decision="allow")
         await tools("wait_for_agents", agent_names=["try-1"], **WAIT)
         committed = (await tools("get_agent_result", agent_name="try-1"))["changes"]
         head = git(work["try-1"], "rev-parse", "HEAD").strip()

@@ -30,15 +30,16 @@ async def test_list_status_moves_with_the_workspace(tools, emulator):
         if not seen or seen[-1] != status:
             seen.append(status)
         emulator.advance(0.25)
-    assert seen[:2] == ["pending", "starting"]
-    assert seen[-1] in ("busy", "idle")
+    # Busy on its spec from the moment it is created (the contract), while its workspace is built; then idle.
+    assert seen == ["busy", "idle"]
 
 
 async def test_list_filters(tools, emulator, coder):
     await make(tools, emulator, "f-one")
     await tools("create_agent", name="f-two", project="fleet-research", spec=SPEC)
     assert [a["name"] for a in (await tools("list_agents", project="Research Lab"))["agents"]] == ["f-two"]
-    assert [a["name"] for a in (await tools("list_agents", status="pending"))["agents"]] == ["f-two"]
+    [busy] = (await tools("list_agents", status="busy"))["agents"]
+    assert (busy["name"], busy["workspace_status"]) == ("f-two", "pending")  # its spec waits for its workspace
     bad = await tools.error("list_agents", status="sleeping")
     assert bad["error"] == "bad_request" and bad["details"]["problems"][0]["field"] == "status"
 
@@ -49,10 +50,10 @@ async def test_show_unknown_or_foreign_is_not_found(tools, name):
     assert error["error"] == "not_found"
 
 
-async def test_show_a_pending_agent(tools, emulator):
+async def test_show_a_new_agent_busy_on_its_spec_while_its_workspace_is_built(tools, emulator):
     await tools("create_agent", name="fresh", project="fleet-demo", role="manager", spec=SPEC)
     agent = (await tools("show_agent", agent_name="fresh"))["agent"]
-    assert agent["status"] == "pending" and agent["workspace_status"] == "pending"
+    assert agent["status"] == "busy" and agent["workspace_status"] == "pending"
     assert (agent["role"], agent["spec"], agent["current_task"]) == ("manager", SPEC, SPEC)
     assert agent["problem"] is None
 

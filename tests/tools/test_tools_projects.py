@@ -39,10 +39,10 @@ async def test_roles_of_an_unknown_or_plain_template_is_not_found(tools, project
     assert error["error"] == "not_found"
 
 
-async def test_create_agent_answers_pending_with_the_spec_as_task(tools, coder):
+async def test_create_agent_answers_busy_with_the_spec_as_task(tools, coder):
     created = await tools("create_agent", name="papi", project="Fleet Demo", role="operator", spec=SPEC)
     agent = created["agent"]
-    assert agent["status"] == "pending" and agent["workspace_status"] == "pending"
+    assert agent["status"] == "busy" and agent["workspace_status"] == "pending"  # the contract: busy on creation
     assert agent["current_task"] == SPEC and agent["spec"] == SPEC
     assert (agent["role"], agent["project"]) == ("operator", "fleet-demo")
     assert agent["created_at"].endswith("Z") and agent["updated_at"].endswith("Z")

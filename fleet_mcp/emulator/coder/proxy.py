@@ -12,14 +12,28 @@ Unavailable"; the app root without its slash 307; nothing listening behind the
 app 502 "Bad Gateway". The rest is forwarded to AgentAPI (`ccw`) or, with the
 runner runtime, to the workspace's `fleet-mcp runner` (`fleet`). Failures are
 HTML as `site.RenderStaticErrorPage` writes them.
+
+An app request is authenticated as Coder v2.27.1 does (`AppCookies.TokenFromRequest`,
+coderd/workspaceapps/cookies.go): `httpmw.APITokenFromRequest` first (the
+`coder_session_token` cookie, its query parameter, `Coder-Session-Token`, a Bearer
+token, `access_token`), then the app session cookie of the access method. What is
+forwarded is what Coder's `proxyWorkspaceApp` forwards: every header and query
+parameter as it came, the Cookie headers without Coder's own cookies
+(`httpapi.StripCoderCookies`) and nothing else taken out. Whatever listens on
+the app's port gets it: `AppProxy.listener` stands in for an agent that stopped
+the app's server and bound its port; `/emulator/apps/...` is the app's own
+server as a process inside the workspace reaches it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
+
+import httpx
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -31,10 +45,10 @@ from .backend import Backend
 from ..agentapi.claude import SLUG, ClaudeCode
 from .errors import CoderError
 from .routes import error_response, token_of
-from ..runners.runtime import RUNNER_SLUG, Runners
+from ..runners.runtime import HOP_BY_HOP, RUNNER_SLUG, Runners
 from .state import Agent, User, Workspace
 
-__all__ = ["AppHosts", "AppProxy", "bad_gateway", "page"]
+__all__ = ["AppHosts", "AppProxy", "app_token_of", "bad_gateway", "page", "strip_coder_cookies"]
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 AGENTAPI_PATHS = {"status", "messages", "message", "events", "upload"}
@@ -47,6 +61,41 @@ OWNER_ONLY = ('path-based apps with "owner" share level are only accessible by t
 GO_REDIRECT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})  # net/http
 GO_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;", "+": "&#43;"})
 STATUS_TEXT = {303: "See Other", 307: "Temporary Redirect"}
+# Coder's own cookies (codersdk: SessionTokenCookie, OAuth2StateCookie, OAuth2RedirectCookie,
+# PathAppSessionTokenCookie, SignedAppTokenCookie), and the subdomain app session cookie's prefix.
+CODER_COOKIES = ("coder_session_token", "oauth_state", "oauth_redirect", "coder_path_app_session_token",
+                 "coder_signed_app_token")
+SUBDOMAIN_COOKIE = "coder_subdomain_app_session_token"
+TRIM = " \t\r\n"  # textproto.TrimString
+
+
+def strip_coder_cookies(header: str) -> str:
+    """`httpapi.StripCoderCookies` (coderd/httpapi/cookie.go): a Cookie header without Coder's own cookies."""
+    kept = []
+    for part in header.strip(TRIM).split(";"):
+        part = part.strip(TRIM)
+        name = part.partition("=")[0]
+        if part and name not in CODER_COOKIES and not name.startswith(SUBDOMAIN_COOKIE):
+            kept.append(part)
+    return "; ".join(kept)
+
+
+def subdomain_cookie(app_hostname: str) -> str:
+    """`SubdomainAppSessionTokenCookie`: one name per app hostname (16 bytes of its SHA-256, hex)."""
+    return f"{SUBDOMAIN_COOKIE}_{hashlib.sha256(app_hostname.encode()).digest()[:16].hex()}"
+
+
+def app_token_of(request: Request, subdomain: bool, app_hostname: str) -> str | None:
+    """`AppCookies.TokenFromRequest` of Coder v2.27.1: the API's token sources, then the app session cookie
+    (newer Coder asks the app cookie first; no request of the fleet's carries both)."""
+    cookie = subdomain_cookie(app_hostname) if subdomain else "coder_path_app_session_token"
+    return token_of(request) or request.cookies.get(cookie) or None
+
+
+def forwarded_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """What `proxyWorkspaceApp` hands the app: every header as it came, each Cookie header stripped."""
+    return [(k, strip_coder_cookies(v.decode("latin-1")).encode("latin-1") if k.lower() == b"cookie" else v)
+            for k, v in headers]
 
 
 def _esc(text: str) -> str:
@@ -105,6 +154,40 @@ class Forward(Response):
         await self.app(inner, receive, send_on)
 
 
+class Relay(Response):
+    """Hands the request on to `url` over HTTP as Coder's reverse proxy does: method, headers (but hop-by-hop
+    ones), query and body; the answer streamed back (event streams too)."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        super().__init__()
+        self.client, self.url = client, url
+
+    async def __call__(self, scope, receive, send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k, v) for k, v in scope["headers"] if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        query = scope.get("query_string", b"").decode("latin-1")
+        outgoing = self.client.build_request(scope["method"], self.url + (f"?{query}" if query else ""),
+                                             headers=headers, content=body)
+        try:
+            answer = await self.client.send(outgoing, stream=True)
+        except httpx.HTTPError:
+            return await bad_gateway(self.url)(scope, receive, send)
+        try:
+            kept = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
+            extra = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+            await send({"type": "http.response.start", "status": answer.status_code, "headers": kept + extra})
+            async for chunk in answer.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await answer.aclose()
+
+
 @dataclass
 class Target:
     owner: str
@@ -127,10 +210,30 @@ class AppProxy:
         self.claude = claude
         self.agentapi = agentapi
         self.runners = runners
+        # What listens on every app's port instead of its server, when set: a base URL, each app at
+        # `{listener}/{owner}/{workspace}/{slug}/` (an agent that stopped the server and bound the port).
+        self.listener = ""
+        self._client: httpx.AsyncClient | None = None
 
     def routes(self) -> list[Route]:
         base = "/@{owner}/{workspace_and_agent}/apps/{slug}"
-        return [Route(base, self._route, methods=METHODS), Route(base + "/{rest:path}", self._route, methods=METHODS)]
+        return [Route(base, self._route, methods=METHODS), Route(base + "/{rest:path}", self._route, methods=METHODS),
+                Route("/emulator/apps/{owner}/{workspace}/{slug}/{rest:path}", self._inside, methods=METHODS)]
+
+    async def aclose(self) -> None:
+        """Close the connections to the listener, if any were made."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _inside(self, request: Request) -> Response:
+        """The app's own server as a process in the workspace reaches it (`localhost:port`): no Coder, no token."""
+        self.backend.settle()
+        p = request.path_params
+        found = self._lookup(request, Target(p["owner"], p["workspace"], p["slug"], p["rest"]))
+        if isinstance(found, Response):
+            return found
+        return self._server(found[0], p["slug"], "/" + p["rest"]) or bad_gateway("127.0.0.1")
 
     async def _route(self, request: Request) -> Response:
         p = request.path_params
@@ -175,11 +278,22 @@ class AppProxy:
                         [("Retry", ""), back])
         if target.rest is None:
             return go_redirect(target.path(request) + "/", 307, request.method)
-        if target.slug == SLUG and self.claude.reachable(ws):
-            return Forward(self.agentapi, ws, "/" + target.rest)
-        if target.slug == RUNNER_SLUG and self.runners and (url := self.runners.url_of(ws)):
-            return self.runners.forward(url, "/" + target.rest)
-        return bad_gateway("127.0.0.1:4300" if target.slug == RUNNER_SLUG else "127.0.0.1:3284", back[1])
+        request.scope["headers"] = forwarded_headers(request.scope["headers"])
+        if self.listener:
+            if self._client is None:
+                self._client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0))
+            owner = self.backend.users[ws.owner_id].username
+            return Relay(self._client, f"{self.listener.rstrip('/')}/{owner}/{ws.name}/{target.slug}/{target.rest}")
+        return self._server(ws, target.slug, "/" + target.rest) or bad_gateway(
+            "127.0.0.1:4300" if target.slug == RUNNER_SLUG else "127.0.0.1:3284", back[1])
+
+    def _server(self, ws: Workspace, slug: str, path: str) -> Response | None:
+        """The app's server, handed the request at `path`; None when nothing listens."""
+        if slug == SLUG and self.claude.reachable(ws):
+            return Forward(self.agentapi, ws, path)
+        if slug == RUNNER_SLUG and self.runners and (url := self.runners.url_of(ws)):
+            return self.runners.forward(url, path)
+        return None
 
     def _lookup(self, request: Request, target: Target) -> tuple[Workspace, Agent] | Response:
         """Coder's `Request.getDatabase`: owner, workspace, latest build, agents, app."""
@@ -203,8 +317,9 @@ class AppProxy:
         return ws, agent
 
     def _user(self, request: Request) -> User | None:
+        subdomain = bool(request.scope.get(SUBDOMAIN_KEY))
         try:
-            return self.backend.authenticate(token_of(request))
+            return self.backend.authenticate(app_token_of(request, subdomain, self.backend.wildcard_hostname))
         except CoderError:
             return None  # Coder treats a bad token as none here: optional auth
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from . import appstatus, views
@@ -30,12 +30,42 @@ def _version_header(backend: Backend) -> dict[str, str]:
 
 
 def token_of(request: Request) -> str | None:
-    token = request.headers.get("coder-session-token")
+    """`httpmw.APITokenFromRequest`, in its order: the `coder_session_token` cookie, then query parameter,
+    the `Coder-Session-Token` header, a Bearer token, the `access_token` query parameter."""
     auth = request.headers.get("authorization", "")
-    if not token and auth.lower().startswith("bearer "):
-        token = auth[7:].strip()
-    return (token or request.cookies.get("coder_session_token")
-            or request.query_params.get("coder_session_token") or None)
+    bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    return (request.cookies.get("coder_session_token") or request.query_params.get("coder_session_token")
+            or request.headers.get("coder-session-token") or bearer
+            or request.query_params.get("access_token", "").strip() or None)
+
+
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS", "TRACE"}
+# httpmw.CSRF's exemptions (ExemptPath, ExemptRegexp: matched anywhere in the path).
+CSRF_EXEMPT = re.compile(r"^/api/v2/csp/reports$|/api/v2/users/first|api/v2/workspaceagents|api/v2/workspaceproxies/me"
+                         r"|derp|api/v2/scim|/organizations/[^/]+/provisionerdaemons")
+CSRF_MISMATCH = ('CSRF error encountered. Authentication via "coder_session_token" cookie and "Coder-Session-Token" '
+                 "header detected, but the values do not match. To resolve this issue ensure the values used in both "
+                 "match, or only use one of the authentication methods. You can also try clearing your cookies if "
+                 "this error persists.")
+CSRF_FAILED = ("Something is wrong with your CSRF token. Please refresh the page. If this error persists, try "
+               "clearing your cookies.")
+
+
+def csrf_refusal(request: Request) -> Response | None:
+    """`httpmw.CSRF` (coderd/httpmw/csrf.go, nosurf): a write under /api that carries the `coder_session_token`
+    cookie is refused 400 unless the header or query token equals it, a Bearer or provisioner key comes with
+    it, or the path is exempt (the emulator hands out no CSRF tokens, so `X-CSRF-Token` never passes)."""
+    path, cookie = request.url.path, request.cookies.get("coder_session_token")
+    if request.method in SAFE_METHODS or not path.startswith("/api") or not cookie or CSRF_EXEMPT.search(path):
+        return None
+    header = request.headers.get("coder-session-token", "")
+    if cookie in (header, request.query_params.get("coder_session_token")) or any(
+            request.headers.get(h) for h in ("coder-provisioner-daemon-psk", "coder-provisioner-daemon-key")
+    ) or request.headers.get("authorization", "").lower().startswith("bearer "):
+        return None
+    answer = PlainTextResponse((CSRF_MISMATCH if header else CSRF_FAILED) + "\n", 400)
+    answer.headers["X-Content-Type-Options"] = "nosniff"
+    return answer
 
 
 def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth: bool = True) -> Route:
@@ -45,6 +75,8 @@ def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth
     async def run(request: Request) -> Response:
         backend.on_request()
         backend.count(key)
+        if (refused := csrf_refusal(request)) is not None:
+            return refused
         try:
             user = None
             if auth:
