@@ -35,8 +35,10 @@ FOLLOW_UP = "Run the test suite before the release notes. [[permission]] [[finis
 VERDICT_TASK = "Is the change ready to release? [[json]] [[finish:1]]"
 VERDICT = {"type": "object", "properties": {"ready": {"type": "boolean"}, "risk": {"enum": ["low", "high"]}},
            "required": ["ready", "risk"]}
-WAIT_S = 30.0  # per wait; a workspace is up in ~3 s on the emulator's real time, Claude Code in ~2 s more
-TOTAL_S = 120.0
+# Per wait: a workspace is up in ~3 s on the emulator's real time, Claude Code in ~2 s more; a loaded machine
+# (a start-up of 30 s at load 16) must not end the tour, and each wait returns as soon as its agent is there.
+WAIT_S = 120.0
+TOTAL_S = 300.0
 CELL = 100
 
 
@@ -58,6 +60,7 @@ class Tour:
         self.console = console
         self.started = time.monotonic()
         self.prompt_id = ""  # the builder's pending prompt, as show_agent named it
+        self.digest = ""  # and as it showed it: an answer approves only that
 
     def steps(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         return [
@@ -153,10 +156,11 @@ class Tour:
         self.table(f"show_agent {BUILDER}", ["status", "waits on"], [(agent["status"], agent["problem"])])
         if agent["status"] != "needs_input" or not agent["pending"]:
             raise StepFailed(f"{BUILDER} is {agent['status']}, not waiting for permission")
-        self.prompt_id = agent["pending"]["prompt_id"]
+        self.prompt_id, self.digest = agent["pending"]["prompt_id"], agent["pending"]["digest"]
 
     async def answer(self) -> None:
-        answered = await self.call("answer_agent", agent_name=BUILDER, prompt_id=self.prompt_id, decision="allow")
+        answered = await self.call("answer_agent", agent_name=BUILDER, prompt_id=self.prompt_id, digest=self.digest,
+                                   decision="allow")
         self.table("answer_agent decision=allow", ["agent status", "message"],
                    [(answered["agent_status"], answered["message"])])
         await self.wait([BUILDER], ["idle", "failed"], "the follow-up to finish")

@@ -19,9 +19,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 __all__ = [
-    "ANSWERED_KEPT", "ANSWERED_SHOWN", "COMMITS_KEPT", "CONTENT_MAX", "DIFF_PAGE_MAX", "FILES_KEPT",
-    "MESSAGES_KEPT", "PROMPT_ID_MAX", "RESULTS_KEPT", "Answer", "AnswerBody", "Answered", "ChangedFile",
-    "Changes", "Commit", "Diff", "DiffFile", "DiffQuery", "Done", "EmptyBody", "Error", "Health", "LastResult",
+    "ANSWERED_KEPT", "ANSWERED_SHOWN", "COMMITS_KEPT", "CONTENT_MAX", "DIFF_PAGE_MAX", "FILES_KEPT", "INPUT_MAX",
+    "MESSAGES_KEPT", "PROMPT_ID_MAX", "RESULTS_KEPT", "Answer", "AnswerBody", "AnswerDone", "Answered",
+    "ChangedFile", "Changes", "Commit", "Diff", "DiffFile", "DiffQuery", "Done", "EmptyBody", "Error", "Health",
+    "LastResult",
     "Message", "MessageBody", "Messages", "Pending", "Result", "Results", "Sent", "StaleAnswer", "State",
 ]
 
@@ -33,7 +34,8 @@ FILES_KEPT = 200  # of a change summary's files (files_total counts them all)
 COMMITS_KEPT = 50  # of a change summary's commits, newest first (commits_total counts them all)
 DIFF_PAGE_MAX = 50  # files on one page of a diff
 CONTENT_MAX = 65536  # UTF-8 bytes of a message's content, and of an answer's message
-PROMPT_ID_MAX = 100
+PROMPT_ID_MAX = 100  # of a prompt's id, and of its digest
+INPUT_MAX = 65536  # characters of a prompt's input shown, as JSON text; past it its strings are cut (`input_truncated`)
 
 Count = Annotated[int, Field(ge=0, le=1 << 53)]
 Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -64,11 +66,14 @@ class MessageBody(Request):
 
 
 class AnswerBody(Request):
-    """`POST /answer`: allow or deny the prompt `prompt_id`, and never another one."""
+    """`POST /answer`: allow or deny the prompt `prompt_id` as its sender was shown it (`digest`, of the tool and
+    its whole input), and never another one; an allow of an input shown cut only with `allow_truncated`."""
 
     decision: Literal["allow", "deny"]
     prompt_id: str = Field(min_length=1, max_length=PROMPT_ID_MAX)
+    digest: str = Field(min_length=1, max_length=PROMPT_ID_MAX)
     message: str = Field("", max_length=CONTENT_MAX)
+    allow_truncated: bool = False
 
 
 class EmptyBody(Request):
@@ -103,11 +108,17 @@ class Error(Answer):
 
 
 class Pending(Answer):
-    """The tool call waiting for the fleet's allow or deny."""
+    """The tool call waiting for the fleet's allow or deny: its whole input as Claude Code gave it (its strings
+    cut past INPUT_MAX characters of JSON: `input_truncated`, `input_chars` its whole length), the digest an
+    answer names it by, and a one-line `summary` for a glance (never what an allow approves)."""
 
     id: str = Field("", max_length=PROMPT_ID_MAX)
     tool: str = ""
     summary: str = ""
+    input: dict[str, JsonValue] = {}
+    input_truncated: bool = False
+    input_chars: Count = 0
+    digest: str = Field("", max_length=PROMPT_ID_MAX)
     since: Time | None = None
 
 
@@ -118,6 +129,8 @@ class Answered(Answer):
     decision: str = ""
     by: str = ""
     at: Time | None = None
+    tool: str = ""
+    digest: str = Field("", max_length=PROMPT_ID_MAX)  # of the prompt as it was shown and answered
 
 
 class State(Answer):
@@ -170,8 +183,15 @@ class Done(Answer):
     state: State | None = None
 
 
+class AnswerDone(Done):
+    """`POST /answer` (200): the state after it, and the prompt answered (its tool and input)."""
+
+    answered: Pending | None = None
+
+
 class StaleAnswer(Error):
-    """`POST /answer` refused with 409 `stale_prompt`: what waits now, and what became of the prompt named."""
+    """`POST /answer` refused with 409: `stale_prompt` (what waits now, and what became of the prompt named),
+    `prompt_changed` (it waits, but not as its sender was shown it: here whole) or `input_truncated`."""
 
     pending: Pending | None = None
     answered: Answered | None = None

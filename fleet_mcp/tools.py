@@ -183,13 +183,21 @@ async def answer_agent(
                                                "also the number of a choice on the agent's screen")],
     message: Annotated[str, Field(max_length=MAX_SPEC, description="Optional words to Claude with the answer "
                                                                    "(why, what instead)")] = "",
+    digest: Annotated[str | None, Field(max_length=100, description=(
+        "pending.digest as shown with the prompt (its tool and whole input): required for runner agents; the "
+        "answer is refused if the prompt is not what was shown"))] = None,
+    allow_truncated: Annotated[bool, Field(description="Allow a prompt whose input was shown cut "
+                                                       "(pending.input_truncated): you approve what you did not "
+                                                       "see whole")] = False,
     turns: Turns = Depends(turns_of),
     deadline: float | None = None,
 ) -> AnswerResult:
     """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
     then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
-    out, or another one asked since): the error says what waits now. Never lands on another prompt."""
-    return await turns.answer(agent_name, decision, message, prompt_id, deadline=deadline)
+    out, or another one asked since) or is not what was shown (`digest`): the error shows what waits now,
+    whole. Never lands on another prompt; the answer names the tool and input it approved."""
+    return await turns.answer(agent_name, decision, message, prompt_id, digest or "", allow_truncated,
+                              deadline=deadline)
 
 
 async def get_agent_result(agent_name: AgentName, turns: Turns = Depends(turns_of),

@@ -94,7 +94,8 @@ class Fault:
     rules: tuple[dict, ...] = ()
     state: str = ""  # stop | agentapi_down | agentapi_down_unnoticed | no_path_apps | delete_when_held
     # main (small budget: persistent faults end fast) | burst (a budget bounded bursts clear well within, however
-    # loaded the machine) | slow (budget > timeout) | refused (nothing listens)
+    # loaded the machine) | patient (a budget that fits Coder's Retry-After) | slow (budget > timeout) | refused
+    # (nothing listens)
     profile: str = "main"
 
 
@@ -117,8 +118,9 @@ ALL_UNAV = ("unav",) * 17
 ALL_UNAUTH = ("unauth",) * 17
 OFFLINE = ("ok", "ok", "offline", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
            "ok", "offline", "bad", "bad", "ok", "ok", "bad")
-PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok",  # a glance fails as show does
-              "ok", "unav", "unav", "unav", "ok", "unav", "bad")
+# show_agents answers each agent's failure in its entry (issue 30.3), where show_agent fails whole.
+PROXY_DOWN = ("ok", "ok", "unav", "ok", "unav", "ok", "unav", "unav", "ok", "ok",
+              "ok", "unav", "unav", "unav", "ok", "ok", "bad")
 WRITE_FAILS = ("unav", "ok", "busy", "ok", "ok", "unav", "unav", "unav", "ok", "ok",
                "unav", "ok", "conf", "ok", "ok", "ok", "bad")
 WRITE_502 = ("unav", "ok", "busy", "ok", "ok", "unav", "bad", "bad", "ok", "ok",  # 502 on the proxy: offline
@@ -129,7 +131,8 @@ WRITE_LANDED = ALL_OK
 MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     # Bounded bursts on Coder's API: reads retry, so every tool succeeds.
     **{f"api-{code}x2": (Fault((status(API, code, 2),), profile="burst"), ALL_OK) for code in (500, 502, 503, 504)},
-    "api-429-retry-after": (Fault((status(API, 429, 1, retry_after=1),)), ALL_OK),
+    # Coder's Retry-After (1 s) is waited out: a budget that fits it (a shorter one gives up, as it must).
+    "api-429-retry-after": (Fault((status(API, 429, 1, retry_after=1),), profile="patient"), ALL_OK),
     "api-drop-x2": (Fault((rule(API, "drop", count=2),), profile="burst"), ALL_OK),
     "api-truncate-x2": (Fault((rule(API, "truncate", count=2),), profile="burst"), ALL_OK),
     "api-garbage-x2": (Fault((rule(API, "garbage", count=2),), profile="burst"), ALL_OK),
@@ -165,7 +168,7 @@ MATRIX: dict[str, tuple[Fault, tuple[str, ...]]] = {
     # The app proxy's own failures (HTML pages and redirects).
     "proxy-303-login": (Fault((rule(PROXY_ANY, "token_expiry", token=SECRET),)),
                         ("ok", "ok", "unauth", "ok", "unauth", "ok", "unauth", "unauth", "ok", "ok",
-                         "ok", "unauth", "unauth", "unauth", "ok", "unauth", "bad")),
+                         "ok", "unauth", "unauth", "unauth", "ok", "ok", "bad")),
     "workspace-stopped": (Fault(state="stop"), ("ok", "ok", "stopped", "ok", "bad", "ok", "bad", "bad", "ok", "ok",
                                                 "ok", "starting", "bad", "bad", "ok", "ok", "bad")),
     "proxy-400-workspace-offline": (Fault((status(PROXY_ANY, 400, message="Workspace Offline"),)), OFFLINE),
@@ -235,6 +238,7 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
             profiles = {
                 "main": fleet_settings(coder_url=url, request_timeout_s=0.3, retry_budget_s=0.1, **common),
                 "burst": fleet_settings(coder_url=url, request_timeout_s=0.3, retry_budget_s=1.0, **common),
+                "patient": fleet_settings(coder_url=url, request_timeout_s=0.3, retry_budget_s=5.0, **common),
                 "slow": fleet_settings(coder_url=url, request_timeout_s=0.2, retry_budget_s=1.0, **common),
                 "refused": fleet_settings(coder_url=f"http://127.0.0.1:{free_port()}", request_timeout_s=0.3,
                                           retry_budget_s=0.1, **common),

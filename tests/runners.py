@@ -32,7 +32,7 @@ __all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "d
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
-WAIT_S = 20.0
+WAIT_S = 120.0  # an upper bound on processes (as processes.WAIT_S): it must hold on a loaded machine
 RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as the template does
 
 

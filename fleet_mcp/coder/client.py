@@ -232,10 +232,10 @@ class CoderClient(Exchange):
                 return await self._request(method, again, model, json=json, limit=limit, deadline=deadline,
                                            headers=headers, app=True)
         except Unavailable as exc:
-            if exc.cause not in (None, "garbled"):  # no answer (Coder's or its proxy's network), or oversized
-                raise
-            # The app's own answer, unreadable or not the shape asked for: the app cannot be used, as one
-            # the proxy cannot reach; that agent's problem, never Coder's.
+            if method != "GET" or exc.cause not in (None, "garbled"):  # a write's lost answer (the caller looks
+                raise  # whether it landed), no answer at all (Coder's or its proxy's network), or oversized
+            # A read's answer, unreadable or not the shape asked for: the app's own, and it cannot be used, as
+            # one the proxy cannot reach; that agent's problem, never Coder's.
             raise AppUnavailable(exc.status, f"the app answered what the fleet cannot read: {exc.message}",
                                  exc.detail) from None
 

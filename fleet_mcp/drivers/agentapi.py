@@ -64,6 +64,9 @@ class AgentError(LenientModel):
     time: Timestamp = None
 
 
+SCREEN_SHOWN = 65536  # characters of a screen shown as a prompt's input: its end, where the choice is
+
+
 def screen_prompt(messages: list[Message]) -> Pending | None:
     """AgentAPI numbers no prompts: one is named by a digest of the screen that shows it (AgentAPI's newest
     agent message), so an answer meant for one screen is refused once another shows. See specs/tools.md."""
@@ -71,8 +74,10 @@ def screen_prompt(messages: list[Message]) -> Pending | None:
     if shown is None:
         return None
     lines = [line.strip() for line in shown.content.splitlines() if line.strip()]
-    return Pending(tool="screen", summary=" / ".join(lines[-4:])[-200:], since=shown.time,
-                   id="screen-" + hashlib.sha256(shown.content.encode("utf-8", "replace")).hexdigest()[:16])
+    digest = "screen-" + hashlib.sha256(shown.content.encode("utf-8", "replace")).hexdigest()[:16]
+    return Pending(tool="screen", summary=" / ".join(lines[-4:])[-200:], since=shown.time, id=digest,
+                   input={"screen": shown.content[-SCREEN_SHOWN:]}, truncated=len(shown.content) > SCREEN_SHOWN,
+                   chars=len(shown.content), digest=digest)
 
 
 def is_busy_refusal(exc: ce.CoderError) -> bool:
@@ -158,8 +163,8 @@ class AgentAPIDriver:
             raise NotSupported("This agent speaks AgentAPI's ACP transport, where ESC does not interrupt a task.")
         await self._keys(ESC, "raw", deadline)
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
         # AgentAPI cannot tell a pending choice from a finished turn; only the reporter's evidence can, so the
         # fleet checks before it answers, `prompt_id` (the screen's digest) included: AgentAPI cannot.
         # Keys go as typed: "1", "2", "y", "n", or an Enter for "allow".
@@ -170,6 +175,7 @@ class AgentAPIDriver:
         if message:
             await self._settle(deadline)
             await self._keys(message, "user", deadline)
+        return None
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         """The `agent_error`s AgentAPI replays at the start of `/events` (bounded by `wait` seconds).

@@ -32,12 +32,18 @@ TurnEnd = Literal["succeeded", "failed", "interrupted"]  # how a turn ended
 @dataclass(frozen=True)
 class Pending:
     """What the agent waits on: a tool it asked permission for, or a choice on its screen. `id` names it for
-    an answer: the runner's own prompt id, or on AgentAPI a digest of the screen (`agentapi.screen_prompt`)."""
+    an answer: the runner's own prompt id, or on AgentAPI a digest of the screen (`agentapi.screen_prompt`).
+    `input` is what an allow approves, whole unless `truncated` (`chars`: its whole length as JSON), and
+    `digest` names it for the answer; both None where only a list's mark was read (the agent can post that)."""
 
     tool: str
     summary: str
     since: datetime | None = None
     id: str | None = None
+    input: dict[str, JsonValue] | None = None
+    truncated: bool = False
+    chars: int | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Answered:
     decision: str
     by: str
     at: datetime | None = None
+    digest: str | None = None  # of the prompt answered (runner)
 
 
 @dataclass(frozen=True)
@@ -162,10 +169,11 @@ class Driver(Protocol):
         """Interrupt the running turn (the agent stays)."""
         ...
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
-        """Answer what the agent waits on, only if it is `prompt_id` where the program can check it itself
-        (`StalePrompt` when another prompt waits); `NothingPending` when it waits on nothing."""
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
+        """Answer what the agent waits on, only if it is `prompt_id` as shown (`digest`) where the program can
+        check it itself (`StalePrompt` when another prompt waits or it was shown otherwise); `NothingPending`
+        when it waits on nothing. The prompt answered, as the program names it, where it does."""
         ...
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:

@@ -77,20 +77,21 @@ class RunnerDriver:
         except ce.Conflict:
             raise DriverError("There is no running task to interrupt.") from None
 
-    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, *,
-                     deadline: float | None) -> None:
-        if not prompt_id:
-            raise NothingPending("The runner answers only a prompt named by its id.")
+    async def answer(self, decision: str, message: str = "", prompt_id: str | None = None, digest: str | None = None,
+                     allow_truncated: bool = False, *, deadline: float | None) -> Pending | None:
+        if not prompt_id or not digest:
+            raise NothingPending("The runner answers only a prompt named by its id and digest.")
         if decision not in ("allow", "deny"):
             raise DriverError("The runner takes 'allow' or 'deny'.")
         body = wire.AnswerBody(decision="allow" if decision == "allow" else "deny", message=message,
-                               prompt_id=prompt_id)
+                               prompt_id=prompt_id, digest=digest, allow_truncated=allow_truncated)
         try:
-            await self._call("POST", "answer", wire.Done, body, deadline=deadline)
+            done = await self._call("POST", "answer", wire.AnswerDone, body, deadline=deadline)
         except ce.Conflict as exc:
-            # The runner refused it atomically: what waits now, and what became of it.
+            # The runner refused it atomically (another prompt, another digest, a cut input): what waits now.
             now = await self.live(deadline=deadline)
             raise StalePrompt(exc.message, now.pending, now.answer_of(prompt_id)) from None
+        return _pending(done.answered) if done.answered else None
 
     async def reported_errors(self, wait: float, *, deadline: float | None) -> list[str]:
         state = await self._call("GET", "state", wire.State, deadline=deadline)
@@ -122,14 +123,18 @@ class RunnerDriver:
             start_commit=d.start_commit, end_commit=d.end_commit)
 
 
+def _pending(p: wire.Pending) -> Pending:
+    return Pending(p.tool, p.summary, _time(p.since), p.id or None, dict(p.input), p.input_truncated, p.input_chars,
+                   p.digest or None)
+
+
 def _live(s: wire.State) -> Live:
-    p = s.pending
-    pending = Pending(p.tool, p.summary, _time(p.since), p.id or None) if p else None
+    pending = _pending(s.pending) if s.pending else None
     return Live(state=_STATES.get(s.state, "working"), pending=pending, error=s.error, since=_time(s.since),
                 current_task=s.current_task, latest_output=s.latest_output, queued=s.queued, turns=s.turns,
                 cost_usd=s.cost_usd, model=s.model, last_turn=s.last_turn, last_cost_usd=s.last_cost_usd,
                 changes_summary=s.changes_summary,
-                answered=tuple(Answered(a.id, a.decision, a.by, _time(a.at)) for a in s.answered))
+                answered=tuple(Answered(a.id, a.decision, a.by, _time(a.at), a.digest or None) for a in s.answered))
 
 
 def _changes(c: wire.Changes | None) -> models.Changes | None:

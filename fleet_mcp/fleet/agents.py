@@ -27,6 +27,7 @@ from ..models import (
     Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
     Projects, Roles, ShownAgent, Task, TaskHistory,
 )
+from .asks import confirmed_all
 from .projects import Catalog
 from .reads import nothing, own_problem, prefetch, quietly
 from ..rules import (
@@ -193,30 +194,30 @@ class Fleet:
                           deadline: float | None) -> AgentList:
         page = await self.client.workspaces(FLEET_QUERY, deadline=deadline)
         with collection_paused():  # the listing is read and dropped before a collection can walk it
-            agents = self._summaries(page.workspaces, status, project)
+            listed = [(ws, self._summary(ws)) for ws in page.workspaces
+                      if not project or project.lower() in (ws.template_name.lower(), ws.template_display_name.lower())]
             del page
+        # A runner's prompt, and whether one waits, come from the runner, never from the listing's mark (asks.py).
+        marked = [(ws, list_status(ws, self.slugs)) for ws, s in listed
+                  if s.status == "needs_input" and s.status_source == "app status"]
+        now = {ws.id: found for (ws, _), found in zip(marked, await confirmed_all(self, marked, deadline=deadline),
+                                                       strict=True)}
+        agents = [s.model_copy(update=facts(now[ws.id])) if ws.id in now else s for ws, s in listed]
+        agents = [s for s in agents if not status or s.status == status]
         return AgentList(agents=agents, total_count=len(agents))
 
-    def _summaries(self, listed: list[Workspace], status: str | None, project: str | None) -> list[AgentSummary]:
-        agents = []
-        for ws in listed:
-            where = ws.latest_build.status or "pending"
-            try:
-                task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
-                summary = AgentSummary(name=ws.name, project=ws.template_name, workspace_status=where,
-                                       last_activity_at=iso(last_activity(ws)),
-                                       current_task=task[:LIST_TASK_CHARS] if task else None,
-                                       **facts(list_status(ws, self.slugs)))
-            except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
-                summary = AgentSummary(name=ws.name, project=ws.template_name, status="unknown",
-                                       workspace_status=where, status_source="app status", current_task=None,
-                                       problem=own_problem(ws.name, exc).message)
-            if status and summary.status != status:
-                continue
-            if project and project.lower() not in (ws.template_name.lower(), ws.template_display_name.lower()):
-                continue
-            agents.append(summary)
-        return agents
+    def _summary(self, ws: Workspace) -> AgentSummary:
+        where = ws.latest_build.status or "pending"
+        try:
+            task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
+            return AgentSummary(name=ws.name, project=ws.template_name, workspace_status=where,
+                                last_activity_at=iso(last_activity(ws)),
+                                current_task=task[:LIST_TASK_CHARS] if task else None,
+                                **facts(list_status(ws, self.slugs)))
+        except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
+            return AgentSummary(name=ws.name, project=ws.template_name, status="unknown", workspace_status=where,
+                                status_source="app status", current_task=None,
+                                problem=own_problem(ws.name, exc).message)
 
     async def show(self, name: str, *, deadline: float | None) -> ShownAgent:
         """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline
@@ -321,7 +322,9 @@ def prompt(pending: Pending | None) -> PendingPrompt | None:
     """A pending prompt as the tools show it."""
     if pending is None:
         return None
-    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.summary, asked_at=iso(pending.since))
+    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.input,
+                         input_truncated=pending.truncated, input_chars=pending.chars, digest=pending.digest,
+                         summary=pending.summary, asked_at=iso(pending.since))
 
 
 def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:

@@ -142,7 +142,8 @@ def app_statuses(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceApp | None, list
 
 
 def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
-    """The prompt a runner's needs-input status names in its `uri`, or None (any other status)."""
+    """The prompt a runner's needs-input status names in its `uri`, or None (any other status): its id, tool
+    and time only, never its input (the agent can post this mark too: `asks` reads the prompt from the runner)."""
     if not status.uri.startswith(RUNNER_PROMPT_URI):
         return None
     fields = {k: v[0] for k, v in parse_qs(status.uri[len(RUNNER_PROMPT_URI):]).items()}
@@ -152,13 +153,15 @@ def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
         asked = parse_timestamp(fields.get("asked_at")) or status.created_at
     except ValueError:
         asked = status.created_at
-    return Pending(tool=fields.get("tool", ""), summary=fields.get("input", ""), since=asked, id=fields["prompt"])
+    return Pending(tool=fields.get("tool", ""), summary="", since=asked, id=fields["prompt"])
 
 
 def waits_for(pending: Pending) -> str:
     """The `problem` of a needs_input agent; the input is quoted: it is the agent's, not the fleet's."""
     asked = f"prompt {pending.id}: " if pending.id else ""
-    return f"Waits for an answer to {asked}permission to use {pending.tool}; the agent's input: {pending.summary!r}"
+    said = f"; the agent's input: {pending.summary!r}" if pending.summary else \
+        "; its input is read from the agent's program (show_agent)" if pending.input is None else ""
+    return f"Waits for an answer to {asked}permission to use {pending.tool}{said}"
 
 
 def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:

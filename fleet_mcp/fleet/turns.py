@@ -138,10 +138,11 @@ class Turns:
         busy = after is None or after.state in ("working", "needs_input")
         return TaskResult(task=task, agent_status="busy" if busy else "idle", message=message)
 
-    async def answer(self, name: str, decision: str, message: str = "", prompt_id: str = "", *,
-                     deadline: float | None) -> AnswerResult:
-        """Answer prompt `prompt_id`, and only it: a prompt answered or gone meanwhile is a `conflict` saying what
-        waits now. A reply lost on the way is resolved by reading whether that prompt was answered."""
+    async def answer(self, name: str, decision: str, message: str = "", prompt_id: str = "", digest: str = "",
+                     allow_truncated: bool = False, *, deadline: float | None) -> AnswerResult:
+        """Answer prompt `prompt_id` as it was shown (`digest`), and only it: a prompt answered, gone or not what
+        was shown is a `conflict` showing what waits now, whole. A reply lost on the way is resolved by reading
+        whether that prompt was answered."""
         if decision not in ("allow", "deny") and not (decision.isdigit() and len(decision) <= 2):
             raise bad_request("decision must be 'allow', 'deny', or the number of a choice on the agent's screen.",
                               field="decision")
@@ -155,27 +156,41 @@ class Turns:
             raise self.fleet.not_ready(snap, "so it cannot be answered")
         if driver.kind == "runner" and decision.isdigit():
             raise bad_request("This agent runs on the runner: answer 'allow' or 'deny'.", field="decision")
-        if driver.kind != "runner" and (status.pending is None or status.pending.id != prompt_id):
-            raise _stale(name, prompt_id, status.pending if status.value == "needs_input" else None, None)
+        if driver.kind == "runner" and not digest.strip():
+            raise bad_request("digest must be pending.digest as shown with the prompt (show_agent, show_agents or "
+                              "wait_for_agents): an answer approves only what was shown.", field="digest")
+        waiting = status.pending if status.value == "needs_input" else None
+        if waiting is not None and waiting.id == prompt_id:  # what the runner checks too, said before asking it
+            if digest and digest != waiting.digest:
+                raise _stale(name, prompt_id, waiting, None, digest)
+            if decision == "allow" and waiting.truncated and not allow_truncated and driver.kind == "runner":
+                raise bad_request(f"Prompt {prompt_id}'s input is {waiting.chars} characters and was shown cut: "
+                                  "allowing it needs allow_truncated=true (you approve what you did not see "
+                                  "whole), or deny it.", field="allow_truncated", prompt_id=prompt_id)
+        elif driver.kind != "runner":
+            raise _stale(name, prompt_id, waiting, None)
+        answered: Pending | None = None
         try:
             # The runner checks the prompt itself, atomically.
-            await driver.answer(decision, message, prompt_id, deadline=deadline)
+            answered = await driver.answer(decision, message, prompt_id, digest, allow_truncated, deadline=deadline)
         except (ce.Unavailable, ce.ServerError) as exc:
-            await self._landed_answer(name, driver, decision, prompt_id, exc, deadline)
+            await self._landed_answer(name, driver, decision, prompt_id, digest, exc, deadline)
         except StalePrompt as exc:
-            raise _stale(name, prompt_id, exc.pending, exc.answered) from None
+            raise _stale(name, prompt_id, exc.pending, exc.answered, digest) from None
         except NothingPending:
             raise _stale(name, prompt_id, None, None) from None
         except DriverError as exc:
             raise refused(name, exc) from None
         live, unreachable = await self.fleet.live(driver, deadline=deadline)
         after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
-        return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id,
+        what = answered or (waiting if waiting is not None and waiting.id == prompt_id else None)
+        said = f" ({what.tool} {what.summary!r})" if what is not None else ""
+        return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id, answered=prompt(what),
                             agent_status=after.value,
                             pending=prompt(after.pending) if after.value == "needs_input" else None,
-                            message=f"Answered {decision!r} to prompt {prompt_id}; the agent is {after.value}.")
+                            message=f"Answered {decision!r} to prompt {prompt_id}{said}; the agent is {after.value}.")
 
-    async def _landed_answer(self, name: str, driver: Driver, decision: str, prompt_id: str,
+    async def _landed_answer(self, name: str, driver: Driver, decision: str, prompt_id: str, digest: str,
                              lost: ce.CoderError, deadline: float | None) -> None:
         """After an answer whose reply was lost: returns if it landed, else says what became of the prompt."""
         live, _ = await self.fleet.live(driver, deadline=deadline)
@@ -190,8 +205,8 @@ class Turns:
                               "waits. Answer again with the same prompt_id: it can land on no other prompt.",
                               prompt_id=prompt_id) from None
         answered = live.answer_of(prompt_id)
-        if driver.kind == "runner" and answered is not None and answered.by == "fleet" and \
-                answered.decision == decision:
+        if answered is not None and answered.by == "fleet" and answered.decision == decision and \
+                answered.digest in (None, digest):
             return  # it landed; only the reply was lost
         raise _stale(name, prompt_id, live.pending, answered)
 
@@ -302,10 +317,17 @@ def _repository_path(path: str) -> str:
     return norm
 
 
-def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answered | None) -> Exception:
-    """`conflict`: prompt `prompt_id` does not wait (any more); what does, and how it was answered if known."""
-    became = (f"it was answered {answered.decision!r}" + (f" ({answered.by})" if answered.by != "fleet" else "")
-              + (f" at {iso(answered.at)}" if answered.at else "")) if answered else "it is not pending"
+def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answered | None,
+           digest: str = "") -> Exception:
+    """`conflict`: prompt `prompt_id` does not wait (any more), or not as it was shown (`digest`); what waits
+    now, whole, and how that prompt was answered if known."""
+    if pending is not None and pending.id == prompt_id:
+        became = ("it waits, but not as you were shown it: what you saw did not come from the agent's program, or "
+                  "changed; read it below and answer with its digest" if digest != pending.digest else
+                  "its input was shown cut: allow it with allow_truncated=true, or deny it")
+    else:
+        became = (f"it was answered {answered.decision!r}" + (f" ({answered.by})" if answered.by != "fleet" else "")
+                  + (f" at {iso(answered.at)}" if answered.at else "")) if answered else "it is not pending"
     now = (f"now prompt {pending.id} waits: {pending.tool} {pending.summary!r}" if pending and pending.id else
            "now a prompt waits whose id is not known" if pending else "nothing waits now")
     shown = prompt(pending)

@@ -18,6 +18,7 @@ from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
 from .agents import Fleet, prompt, reported_task, with_screen_prompt
+from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import own_problem, prefetch
 from ..rules import FLEET_QUERY, iso, valid_name
@@ -96,13 +97,13 @@ class Waits:
         wanted, last_said = set(until), float("-inf")
         ends = started + timeout_s
         if (handover := offered.get()) is not None and timeout_s > 0:
-            agents, met, done = self._look(names, page, wanted, mode)
+            agents, met, done = await self._look(names, page, wanted, mode, deadline)
             if not done:  # the caller takes tasks: the wait goes on in the background, one look per tasks/get
                 now = time.time()
                 handover.watch = Watch("wait", tuple(names), tuple(until), mode, now, now + timeout_s)  # type: ignore[arg-type]
                 return self._answer(agents, met, False, 0.0, until, mode)
         while True:
-            agents, met, done = self._look(names, page, wanted, mode)
+            agents, met, done = await self._look(names, page, wanted, mode, deadline)
             waited = loop.time() - started
             if done or waited >= timeout_s:
                 return self._answer(agents, met, not done, waited, until, mode)
@@ -125,18 +126,21 @@ class Waits:
         """One look at a background wait (`background.Watch`): its answer when over (met, or past its end: what
         the blocking wait answers then), else None; the agents as seen, and what to say meanwhile. The listing
         is shared with every other wait and look of this user, and at most one poll interval old."""
-        page = await self.listing.get(max_age=self.fleet.settings.wait_poll_interval_s, deadline=deadline)
-        agents, met, done = self._look(list(watch.names), page, set(watch.until), watch.mode)
+        # Over this user's share of Coder's rate limit, a look answers from the listing last fetched.
+        fresh = self.fleet.settings.wait_poll_interval_s if self.meter.free_in() <= 0 else float("inf")
+        page = await self.listing.get(max_age=fresh, deadline=deadline)
+        agents, met, done = await self._look(list(watch.names), page, set(watch.until), watch.mode, deadline)
         now = time.time()
         waited, timeout_s = max(0.0, now - watch.started), max(0.0, watch.ends - watch.started)
         if done or now >= watch.ends:
             return self._answer(agents, met, not done, waited, watch.until, watch.mode), agents, ""
         return None, agents, _waiting(met, agents, watch.until, waited, timeout_s)
 
-    def _look(self, names: list[str], page: WorkspacesPage, wanted: set[Condition],
-              mode: str) -> tuple[list[WaitedAgent], list[str], bool]:
+    async def _look(self, names: list[str], page: WorkspacesPage, wanted: set[Condition], mode: str,
+                    deadline: float | None) -> tuple[list[WaitedAgent], list[str], bool]:
         by_name = {ws.name.lower(): ws for ws in page.workspaces}
-        agents = [self._waited(n, by_name.get(n.lower()), wanted) for n in names]
+        agents = await self._confirmed([self._waited(n, by_name.get(n.lower()), wanted) for n in names], by_name,
+                                       wanted, deadline)
         met = [a.name for a in agents if a.met]
         gone = [a.name for a in agents if a.status == "deleted"]
         return agents, met, bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
@@ -152,6 +156,17 @@ class Waits:
                           "s; nothing changed. Call wait_for_agents again: another replica, or this server once "
                           "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
+    async def _confirmed(self, agents: list[WaitedAgent], by_name: dict[str, Workspace], until: set[Condition],
+                         deadline: float | None) -> list[WaitedAgent]:
+        """A runner's prompt, and whether one waits at all, as its runner says: never the listing's mark alone,
+        which the agent can post itself (asks.py)."""
+        found = [(i, ws, list_status(ws, self.fleet.slugs)) for i, a in enumerate(agents)
+                 if a.status == "needs_input" and (ws := by_name.get(a.name.lower())) is not None]
+        statuses = await confirmed_all(self.fleet, [(ws, status) for _, ws, status in found], deadline=deadline)
+        for (i, ws, _), status in zip(found, statuses, strict=True):
+            agents[i] = self._of(ws, status, until)
+        return agents
+
     def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
         if ws is None:
             return WaitedAgent(name=name, status="deleted", met=False)
@@ -159,6 +174,10 @@ class Waits:
             status = list_status(ws, self.fleet.slugs)
         except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the wait
             return WaitedAgent(name=ws.name, status="unknown", met=False, problem=own_problem(ws.name, exc).message)
+        return self._of(ws, status, until)
+
+    @staticmethod
+    def _of(ws: Workspace, status: Status, until: set[Condition]) -> WaitedAgent:
         return WaitedAgent(name=ws.name, met=_met(status, until), status=status.value,
                            status_since=iso(status.since), last_turn=status.last_turn,
                            last_turn_error=status.last_turn_error,

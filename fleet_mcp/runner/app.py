@@ -18,7 +18,7 @@ from starlette.routing import Route
 from .. import runner_wire as wire
 from ..runner_wire import CONTENT_MAX
 from .changes import DiffRefused
-from .prompts import Conflict, StalePrompt
+from .prompts import Conflict, InputCut, PromptChanged, StalePrompt
 from .session import Conversation
 from .typed import invalid_schema
 
@@ -116,9 +116,9 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def answer(request: Request) -> JSONResponse:
         body = await _body(request, wire.AnswerBody)
-        c.answer(body.decision == "allow", body.message, body.prompt_id)
+        answered = c.answer(body.decision == "allow", body.message, body.prompt_id, body.digest, body.allow_truncated)
         await c.reporter.delivered()
-        return _json(wire.Done(state=c.state_now()))
+        return _json(wire.AnswerDone(state=c.state_now(), answered=answered.shown()))
 
     async def result(request: Request) -> JSONResponse:
         return _json(wire.LastResult(result=c.saved.results[-1] if c.saved.results else None))
@@ -143,7 +143,7 @@ def build_app(conversation: Conversation) -> Starlette:
 
     async def conflict(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Conflict)
-        if isinstance(exc, StalePrompt):  # what waits now, and what became of the prompt named
+        if isinstance(exc, (StalePrompt, PromptChanged, InputCut)):  # what waits now (whole), what became of it
             return _json(wire.StaleAnswer(error=exc.code, message=str(exc), pending=exc.pending.shown()
                                           if exc.pending else None, answered=exc.answered), 409)
         return _error(409, exc.code, str(exc))

@@ -24,10 +24,10 @@ log = logging.getLogger("fleet_mcp.runner")
 PR_LINK = re.compile(r"https?://\S+/(?:pull|pulls|merge_requests|pull-requests)/\d+")
 MESSAGE_MAX = 160  # Coder refuses longer messages
 NEEDS_INPUT = "Needs input: "
-# What the fleet reads a pending prompt from (specs/runner.md): a status's `uri`, which only the runner sets and
-# which agent text never reaches (a turn's `uri` is a pull-request link, always http(s)). The message is for people.
+# How lists see that a prompt waits (specs/runner.md): a status's `uri`, which agent text never reaches (a turn's
+# `uri` is a pull-request link, always http(s)). It carries no input: the agent can post statuses too, so the
+# fleet reads what a prompt asks from the runner alone. The message is for people.
 NEEDS_INPUT_URI = "fleet-runner:needs-input?"
-INPUT_MAX = 200
 READY = "Ready for a task"
 FLUSH_S = 2.0
 GONE = (404, 405)  # the route itself is missing: an unknown app slug is a 400
@@ -42,10 +42,9 @@ def first_line(text: str, limit: int = MESSAGE_MAX) -> str:
     return line.encode()[:limit - 3].decode(errors="ignore") + "..."
 
 
-def needs_input_uri(prompt_id: str, tool: str, summary: str, asked_at: str) -> str:
-    """The `uri` of a needs-input status: the prompt's id, tool, input and when it was asked."""
-    return NEEDS_INPUT_URI + urlencode({"prompt": prompt_id, "tool": tool, "asked_at": asked_at,
-                                        "input": summary[:INPUT_MAX]})
+def needs_input_uri(prompt_id: str, tool: str, asked_at: str) -> str:
+    """The `uri` of a needs-input status: the prompt's id, tool and when it was asked."""
+    return NEEDS_INPUT_URI + urlencode({"prompt": prompt_id, "tool": tool, "asked_at": asked_at})
 
 
 def pull_request_url(text: str) -> str | None:
@@ -112,7 +111,7 @@ class Reporter:
 
     def needs_input(self, prompt_id: str, tool: str, summary: str, asked_at: str) -> None:
         self._put("idle", first_line(f"{NEEDS_INPUT}{tool} {summary}"),
-                  needs_input_uri(prompt_id, tool, summary, asked_at))
+                  needs_input_uri(prompt_id, tool, asked_at))
 
     def finished(self, text: str, is_error: bool, uri: str | None, more: bool = False,
                  interrupted: bool = False) -> None:

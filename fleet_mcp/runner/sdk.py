@@ -19,14 +19,16 @@ TOOL_RESULT_MAX = 2000
 
 
 def summarize(tool: str, tool_input: dict[str, Any]) -> str:
-    """One line saying what a tool call does: its command, path or pattern, else its input as JSON."""
+    """One line saying what a tool call does, for a glance: its command, path or pattern, else its input as JSON,
+    whitespace collapsed, `…` where cut. Never what an answer approves: that is the whole input (prompts.py)."""
     for key in ("command", "file_path", "path", "notebook_path", "pattern", "url", "query", "description"):
         if isinstance(tool_input.get(key), str):
             text = tool_input[key]
             break
     else:
         text = json.dumps(tool_input, ensure_ascii=False, default=str)
-    return " ".join(text.split())[:SUMMARY_MAX]
+    line = " ".join(text.split())
+    return line if len(line) <= SUMMARY_MAX else line[:SUMMARY_MAX - 1] + "…"
 
 
 def sandbox(mode: str) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from typing import Any
 from ..runner_wire import ANSWERED_SHOWN, Message, Result, State, TurnEnd
 from . import sdk, typed
 from .changes import ChangeLog, line
-from .prompts import Conflict, Prompts
+from .prompts import Conflict, Pending, Prompts
 from .report import Reporter, pull_request_url
 from .settings import RunnerSettings
 from .store import Saved, Store, latest_output, latest_task, now_iso
@@ -140,11 +140,11 @@ class Conversation:
             with contextlib.suppress(Exception):  # the first one was taken; a later one is only a second try
                 await asyncio.wait_for(client.interrupt(), INTERRUPT_AGAIN_S)
 
-    def answer(self, allow: bool, message: str, prompt_id: str | None = None) -> None:
-        """Allows or denies the pending tool call, only if it is `prompt_id` (when given): an answer never
-        lands on a prompt its sender did not see. Conflict when nothing waits, StalePrompt for another."""
-        self.prompts.answer(allow, message, prompt_id)
+    def answer(self, allow: bool, message: str, prompt_id: str, digest: str, allow_truncated: bool = False) -> Pending:
+        """Allows or denies the pending tool call, only as its sender was shown it (`Prompts.answer`)."""
+        answered = self.prompts.answer(allow, message, prompt_id, digest, allow_truncated)
         self._set_state("working")
+        return answered
 
     # --- the SDK session --------------------------------------------------------------------------------------
 
@@ -335,7 +335,7 @@ class Conversation:
 
     async def _can_use_tool(self, tool: str, tool_input: dict[str, Any], context: Any) -> Any:
         summary = sdk.summarize(tool, tool_input)
-        pending = self.prompts.ask(tool, summary)
+        pending = self.prompts.ask(tool, tool_input, summary)
         self._set_state("needs_input")
         self.reporter.needs_input(pending.id, tool, summary, pending.since)
         allow, message = await self.prompts.wait(pending, self.settings.permission_timeout_s)

@@ -221,11 +221,13 @@ async def test_answer_agent(fleet, project):
     await fleet("create_agent", name="ct-answer", project=project,
                 spec="Run the shell command `touch ct-answer.txt`. [[permission]] [[finish:1]]")
     await fleet.listed("ct-answer", lambda a: a["status"] == "needs_input")
-    asked = (await fleet("show_agent", agent_name="ct-answer"))["agent"]["pending"]["prompt_id"]
-    answered = await fleet("answer_agent", agent_name="ct-answer", prompt_id=asked, decision="allow")
+    pending = (await fleet("show_agent", agent_name="ct-answer"))["agent"]["pending"]
+    asked, digest = pending["prompt_id"], pending["digest"]
+    answered = await fleet("answer_agent", agent_name="ct-answer", prompt_id=asked, digest=digest, decision="allow")
     assert answered["decision"] == "allow" and answered["agent_status"] in ("busy", "idle")
     await fleet.finished("ct-answer")
-    nothing = await fleet.error("answer_agent", agent_name="ct-answer", prompt_id=asked, decision="allow")
+    nothing = await fleet.error("answer_agent", agent_name="ct-answer", prompt_id=asked, digest=digest,
+                                decision="allow")
     assert nothing["error"] == "conflict" and nothing["details"]["prompt_id"] == asked
     await fleet("delete_agent", agent_name="ct-answer")
 

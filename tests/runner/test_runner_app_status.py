@@ -59,7 +59,7 @@ def test_app_statuses_reach_coder_as_the_turns_go(tmp_path, api):
             state, message, uri = asking[1]
             assert (state, message) == ("idle", "Needs input: Bash sh -c 'echo permitted > permitted.txt'")
             assert uri.startswith("fleet-runner:needs-input?") and f"prompt={pending['id']}" in uri  # the mark
-            runner.post("/answer", {"decision": "allow", "prompt_id": pending["id"]})
+            runner.post("/answer", {"decision": "allow", "prompt_id": pending["id"], "digest": pending["digest"]})
             runner.wait_turns(2)
             runner.post("/message", {"content": "Break [[fail]]"})
             runner.wait_turns(3)

@@ -27,7 +27,8 @@ def test_an_edit_and_a_commit_are_recorded_as_git_sees_them(tmp_path, api):
         assert runner.post("/message", {"content": "Rewrite calc [[edit:calc.py]] [[commit]]"}).status_code == 202
         asked = runner.wait_for(lambda s: s["state"] == "needs_input", what="the commit's permission")
         assert asked["pending"]["tool"] == "Bash" and "git commit" in asked["pending"]["summary"]
-        assert runner.post("/answer", {"decision": "allow", "prompt_id": asked["pending"]["id"]}).status_code == 200
+        assert runner.post("/answer", {"decision": "allow", "prompt_id": asked["pending"]["id"],
+                                       "digest": asked["pending"]["digest"]}).status_code == 200
         state = runner.wait_turns(1)
         result = runner.get("/result").json()["result"]
         changes = result["changes"]

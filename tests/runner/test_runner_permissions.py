@@ -3,11 +3,30 @@ and the fleet allows, denies with a message for Claude, or lets the timeout deny
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from runners import needs_sdk, runner_process
 
+from fleet_mcp.runner.prompts import digest_of, shown_input
+from fleet_mcp.runner_wire import INPUT_MAX
+
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"
+COMMAND = "sh -c 'echo permitted > permitted.txt'"
+
+
+def test_an_input_is_shown_whole_up_to_64_kib_and_past_it_every_string_is_cut_to_fit():
+    edit = {"file_path": "a.py", "old_string": "x = 1\n" * 3, "new_string": "x = 2\n\nimport os\n"}
+    assert shown_input(edit) == (edit, False, len(json.dumps(edit, separators=(",", ":"))))
+    huge = {"file_path": "big.txt", "content": "line\n" * 20_000, "flags": [True, 3], "note": "é" * 40_000}
+    shown, cut, chars = shown_input(huge)
+    assert cut and chars > INPUT_MAX >= len(json.dumps(shown, ensure_ascii=False, separators=(",", ":")))
+    assert shown["file_path"] == "big.txt" and shown["flags"] == [True, 3]  # short values whole
+    assert huge["content"].startswith(shown["content"]) and len(shown["content"]) > 20_000
+    many = {f"k{i}": i for i in range(20_000)}  # too many keys to show: its JSON text, cut
+    assert shown_input(many)[0] == {"input_json": json.dumps(many, sort_keys=True, separators=(",", ":"))[:INPUT_MAX]}
+    assert digest_of("Write", huge) != digest_of("Write", shown) != digest_of("Edit", shown)
 
 
 def _asking(runner) -> dict:
@@ -20,22 +39,36 @@ def _asking(runner) -> dict:
 
 def test_a_permission_answered_allow_runs_the_command(tmp_path, api):
     with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC=ASK) as runner:
-        asked = _asking(runner)["pending"]["id"]
-        answered = runner.post("/answer", {"decision": "allow", "prompt_id": asked})
+        pending = _asking(runner)["pending"]
+        asked, digest = pending["id"], pending["digest"]
+        assert pending["input"]["command"] == COMMAND and not pending["input_truncated"]
+        assert digest == digest_of("Bash", pending["input"])  # of the tool and its whole input
+        # An answer naming the prompt as something else showed it (the agent's own app status) is refused.
+        for shown in ({"command": "ls -la"}, {**pending["input"], "dangerouslyDisableSandbox": True}):
+            other = runner.post("/answer", {"decision": "allow", "prompt_id": asked, "digest": digest_of("Bash", shown)})
+            assert other.status_code == 409 and other.json()["error"] == "prompt_changed"
+            assert other.json()["pending"]["input"] == pending["input"]  # what waits, whole
+        assert runner.state()["pending"]["id"] == asked and not (runner.workdir / "permitted.txt").exists()
+        answered = runner.post("/answer", {"decision": "allow", "prompt_id": asked, "digest": digest})
         assert answered.status_code == 200 and answered.json()["state"]["state"] == "working"
         assert answered.json()["state"]["pending"] is None
+        said = answered.json()["answered"]  # the answer names the tool and input it allowed
+        assert (said["id"], said["tool"], said["input"], said["digest"]) == (asked, "Bash", pending["input"], digest)
+        last = answered.json()["state"]["answered"][-1]
+        assert (last["decision"], last["by"], last["tool"], last["digest"]) == ("allow", "fleet", "Bash", digest)
         runner.wait_turns(1)
         assert (runner.workdir / "permitted.txt").read_text() == "permitted\n"
         assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s)."
-        again = runner.post("/answer", {"decision": "allow", "prompt_id": asked}).json()
+        again = runner.post("/answer", {"decision": "allow", "prompt_id": asked, "digest": digest}).json()
         assert again["error"] == "stale_prompt" and again["answered"]["decision"] == "allow"
+        assert (again["answered"]["tool"], again["answered"]["digest"]) == ("Bash", digest)
 
 
 def test_a_permission_answered_deny_passes_the_message_to_claude(tmp_path, api):
     with runner_process(tmp_path, api.url, FLEET_RUNNER_SPEC=ASK) as runner:
-        asked = _asking(runner)["pending"]["id"]
+        asked = _asking(runner)["pending"]
         assert runner.post("/answer", {"decision": "deny", "message": "Not on this branch",
-                                       "prompt_id": asked}).status_code == 200
+                                       "prompt_id": asked["id"], "digest": asked["digest"]}).status_code == 200
         runner.wait_turns(1)
         assert not (runner.workdir / "permitted.txt").exists()
         assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s). 1 refused."

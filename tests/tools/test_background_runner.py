@@ -27,16 +27,17 @@ async def test_a_prompt_goes_to_the_user_and_their_answer_to_the_agent(conforman
         assert waited["met"] == ["bg-ask"] and waited["agents"][0]["last_turn"] == "succeeded"
         assert (await disk(coder, "bg-ask") / "permitted.txt").is_file()  # allowed by the user: really run
         key, form = asked[0]
-        prompt_id = key.split("/", 1)[1]
-        assert key.startswith("bg-ask/") and prompt_id
+        _, prompt_id, digest = key.split("/")
+        assert key.startswith("bg-ask/") and prompt_id and digest  # bound to the prompt as the form showed it
         assert form["mode"] == "form" and "bg-ask" in form["message"] and "Bash" in form["message"]
-        assert "permitted.txt" in form["message"]  # the tool's input, shown to the user
+        assert "command: sh -c 'echo permitted > permitted.txt'" in form["message"]  # the whole input, shown
         schema = form["requestedSchema"]
         assert schema["properties"]["allow"]["type"] == "boolean" and schema["required"] == ["allow"]
         statuses = [p["status"] for p in tasks.polls]
         assert "input_required" in statuses and statuses[-1] == "completed"
         assert statuses[statuses.index("input_required") + 1:].count("input_required") <= 1  # answered once
-        again = await tools.error("answer_agent", agent_name="bg-ask", prompt_id=prompt_id, decision="deny")
+        again = await tools.error("answer_agent", agent_name="bg-ask", prompt_id=prompt_id, digest=digest,
+                                  decision="deny")
         assert again["error"] == "conflict" and again["details"]["answered"]["decision"] == "allow"
 
         handed = await tools("start_agent_task", agent_name="bg-ask", task_description="Again [[permission]]")

@@ -51,7 +51,8 @@ async def test_wait_times_out_with_each_status(tools, emulator):
     answer = await tools("wait_for_agents", agent_names=["hanger"], until="idle", timeout_s=0.2)
     assert answer["timed_out"] is True and answer["met"] == []
     assert answer["agents"] == [{"name": "hanger", "status": "busy", "met": False, "status_since":
-                                 answer["agents"][0]["status_since"], "last_turn": None, "last_turn_error": None, "pending": None}]
+                                 answer["agents"][0]["status_since"], "last_turn": None, "last_turn_error": None,
+                                 "pending": None, "problem": None}]
     assert "Timed out" in answer["message"]
 
 

@@ -48,3 +48,22 @@ async def test_a_burst_of_waits_stays_within_the_users_budget(emulator):
         assert answer["error"] == "unavailable", answer
         assert 0 < answer["details"]["retry_after_s"] <= 60 and "retry in" in answer["message"], answer
     assert all("error" in a for a in later)  # the minute is spent: nothing more until it has passed
+
+
+async def test_background_looks_stay_within_the_users_budget(emulator):
+    """tasks/get polled hard: past the user's share, looks answer from the listing last fetched."""
+    from support import TasksClient
+
+    counted = Counted(emulator.app)
+    settings = fleet_settings(rate_share=BUDGET / 512, wait_poll_interval_s=0.01)
+    tasks = TasksClient(pause_s=0.0)
+    async with Client(build_server(settings, transport=counted), extensions=[tasks.extension()]) as client:
+        tools = Tools(client)
+        await tools("create_agent", name="polled", project="fleet-demo", spec="Never stops.")
+        created = await client.session.call_tool("wait_for_agents", {"agent_names": ["polled"], "until": "stopped",
+                                                                     "timeout_s": 600}, allow_claimed=True)
+        for _ in range(60):
+            state = await tasks.request(client.session, "tasks/get", {"taskId": created.task_id})
+            assert state["status"] == "working"
+            await asyncio.sleep(0.02)
+    assert counted.sent <= BUDGET + 1, counted.sent

@@ -66,7 +66,7 @@ async def test_a_runner_agent_through_its_turns(conformance, app_mode):
         asking = await tools("wait_for_agents", agent_names=["sdk-one"], until="needs_input", **WAIT)
         assert asking["met"] == ["sdk-one"]  # the queued task runs, and asks
         await tools("answer_agent", agent_name="sdk-one", prompt_id=asking["agents"][0]["pending"]["prompt_id"],
-                    decision="allow")
+                    digest=asking["agents"][0]["pending"]["digest"], decision="allow")
         after = await tools("wait_for_agents", agent_names=["sdk-one"], **WAIT)  # the queued task ran
         assert after["agents"][0]["last_turn"] == "succeeded"
         last = await tools("get_agent_result", agent_name="sdk-one")
@@ -108,24 +108,28 @@ async def test_permissions_and_failures_on_the_runner(conformance):
         shown = (await tools("show_agent", agent_name="sdk-ask"))["agent"]
         assert shown["status"] == "needs_input" and "Bash" in shown["problem"]
         asked = shown["pending"]
-        assert asked["tool"] == "Bash" and "permitted.txt" in asked["input"] and asked["asked_at"].endswith("Z")
-        listed = (await tools("list_agents"))["agents"][0]  # from the app status alone
+        assert asked["tool"] == "Bash" and "permitted.txt" in asked["input"]["command"]
+        assert asked["asked_at"].endswith("Z") and "permitted.txt" in asked["summary"]
+        listed = (await tools("list_agents"))["agents"][0]  # the app status's mark, the prompt read from the runner
         assert listed["status"] == "needs_input" and listed["pending"] == asked
         assert waiting["agents"][0]["pending"]["prompt_id"] == asked["prompt_id"]
-        digits = await tools.error("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"], decision="1")
+        digits = await tools.error("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"],
+                                   digest=asked["digest"], decision="1")
         assert digits["error"] == "bad_request"
-        answered = await tools("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"], decision="allow")
+        answered = await tools("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"],
+                               digest=asked["digest"], decision="allow")
         assert answered["agent_status"] in ("busy", "idle") and answered["prompt_id"] == asked["prompt_id"]
         await tools("wait_for_agents", agent_names=["sdk-ask"], **WAIT)
         assert (await disk(coder, "sdk-ask") / "permitted.txt").is_file()
-        again = await tools.error("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"], decision="deny")
+        again = await tools.error("answer_agent", agent_name="sdk-ask", prompt_id=asked["prompt_id"],
+                                  digest=asked["digest"], decision="deny")
         assert again["error"] == "conflict" and again["details"]["answered"]["decision"] == "allow"
         assert again["details"]["pending"] is None
 
         await tools("start_agent_task", agent_name="sdk-ask", task_description="Again [[permission]]")
         waited = await tools("wait_for_agents", agent_names=["sdk-ask"], until="needs_input", **WAIT)
         await tools("answer_agent", agent_name="sdk-ask", prompt_id=waited["agents"][0]["pending"]["prompt_id"],
-                    decision="deny", message="Not on this machine.")
+                    digest=waited["agents"][0]["pending"]["digest"], decision="deny", message="Not on this machine.")
         await tools("wait_for_agents", agent_names=["sdk-ask"], **WAIT)
         assert not (await disk(coder, "sdk-ask") / "permitted.txt").read_text().count("\n") > 1
 
@@ -243,24 +247,26 @@ async def test_an_answer_whose_reply_is_lost_never_lands_on_the_next_prompt(conf
             await tools("create_agent", name="sdk-two", project="fleet-demo", spec="TWICE please")
             first = (await tools("wait_for_agents", agent_names=["sdk-two"], until="needs_input", **WAIT))
             one = first["agents"][0]["pending"]
-            assert "one.txt" in one["input"]
+            assert "one.txt" in one["input"]["command"]
             lost = {"match": "POST /@*/answer", "kind": "truncate", "count": 1}  # it lands; its reply does not
             assert (await coder.post("/emulator/faults", json=lost)).status_code == 201
-            answered = await tools("answer_agent", agent_name="sdk-two", prompt_id=one["prompt_id"], decision="allow")
+            answered = await tools("answer_agent", agent_name="sdk-two", prompt_id=one["prompt_id"],
+                                   digest=one["digest"], decision="allow")
             assert answered["prompt_id"] == one["prompt_id"]  # read back: it landed, no "try again"
             fired = (await coder.get("/emulator/faults")).json()["faults"]
             assert [f["fired"] for f in fired] == [1]  # the reply really was lost
             second = await tools("wait_for_agents", agent_names=["sdk-two"], until="needs_input", **WAIT)
             two = second["agents"][0]["pending"]
-            assert "two.txt" in two["input"] and two["prompt_id"] != one["prompt_id"]
+            assert "two.txt" in two["input"]["command"] and two["prompt_id"] != one["prompt_id"]
             retried = await tools.error("answer_agent", agent_name="sdk-two", prompt_id=one["prompt_id"],
-                                        decision="allow")  # a retry, or a second orchestrator, on prompt one
+                                        digest=one["digest"], decision="allow")  # a retry, or a second orchestrator, on prompt one
             assert retried["error"] == "conflict" and retried["details"]["pending"]["prompt_id"] == two["prompt_id"]
             assert retried["details"]["answered"]["decision"] == "allow" and two["prompt_id"] in retried["message"]
             shown = (await tools("show_agent", agent_name="sdk-two"))["agent"]
             assert shown["status"] == "needs_input" and shown["pending"]["prompt_id"] == two["prompt_id"]
             assert not (await disk(coder, "sdk-two") / "two.txt").exists()  # prompt two was never approved
-            await tools("answer_agent", agent_name="sdk-two", prompt_id=two["prompt_id"], decision="deny")
+            await tools("answer_agent", agent_name="sdk-two", prompt_id=two["prompt_id"], digest=two["digest"],
+                        decision="deny")
             await tools("wait_for_agents", agent_names=["sdk-two"], **WAIT)
             assert (await disk(coder, "sdk-two") / "one.txt").is_file()
             assert not (await disk(coder, "sdk-two") / "two.txt").exists()

@@ -62,7 +62,7 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         await tools("start_agent_task", agent_name="try-1", task_description="Commit it [[commit]]")
         asking = await tools("wait_for_agents", agent_names=["try-1"], until="needs_input", **WAIT)
         await tools("answer_agent", agent_name="try-1", prompt_id=asking["agents"][0]["pending"]["prompt_id"],
-                    decision="allow")
+                    digest=asking["agents"][0]["pending"]["digest"], decision="allow")
         await tools("wait_for_agents", agent_names=["try-1"], **WAIT)
         committed = (await tools("get_agent_result", agent_name="try-1"))["changes"]
         head = git(work["try-1"], "rev-parse", "HEAD").strip()

@@ -43,13 +43,13 @@ async def test_the_parameter_coder_holds_opens_no_runner_while_the_fleet_drives_
     async with runner_fleet(conformance, runner_secret=SECRET) as (tools, coder):
         await tools("create_agent", name="sealed", project="fleet-demo", spec="Run the script [[permission]]")
         asking = await tools("wait_for_agents", agent_names=["sealed"], until="needs_input", **WAIT)
-        prompt = asking["agents"][0]["pending"]["prompt_id"]
+        prompt, digest = asking["agents"][0]["pending"]["prompt_id"], asking["agents"][0]["pending"]["digest"]
         value = await _parameter(coder, "sealed")
         nonce, verifier = value.split(".")
         assert SECRET not in value and len(verifier) == 64
         runner = (await coder.get("/emulator/agents/sealed/runner")).json()["url"]
         async with httpx.AsyncClient(base_url=runner, timeout=15) as direct:
-            tried = [await direct.post("/answer", json={"decision": "allow", "prompt_id": prompt},
+            tried = [await direct.post("/answer", json={"decision": "allow", "prompt_id": prompt, "digest": digest},
                                        headers={"X-Fleet-Runner-Key": part}) for part in (value, nonce, verifier)]
             read = await direct.get("/messages", headers={"X-Fleet-Runner-Key": value})
         assert [r.status_code for r in [*tried, read]] == [401] * 4
@@ -60,14 +60,14 @@ async def test_the_parameter_coder_holds_opens_no_runner_while_the_fleet_drives_
             for server, why in ((plain, "which this server lacks"), (other, "another FLEET_MCP_RUNNER_SECRET")):
                 shown = (await server("show_agent", agent_name="sealed"))["agent"]
                 assert shown["status"] == "offline" and why in shown["problem"]  # shown, no crash
-                for tool, args in (("answer_agent", {"prompt_id": prompt, "decision": "allow"}),
+                for tool, args in (("answer_agent", {"prompt_id": prompt, "digest": digest, "decision": "allow"}),
                                    ("start_agent_task", {"task_description": "Approve yourself"}),
                                    ("show_agent_log", {})):
                     refused = await server.error(tool, agent_name="sealed", **args)
                     assert refused["error"] == "unavailable", refused
                     assert why in refused["message"] and refused["details"] == {"setting": "FLEET_MCP_RUNNER_SECRET"}
         assert (await tools("show_agent", agent_name="sealed"))["agent"]["status"] == "needs_input"  # unchanged
-        await tools("answer_agent", agent_name="sealed", prompt_id=prompt, decision="allow")
+        await tools("answer_agent", agent_name="sealed", prompt_id=prompt, digest=digest, decision="allow")
         done = await tools("wait_for_agents", agent_names=["sealed"], **WAIT)
         assert done["agents"][0]["last_turn"] == "succeeded"
         result = await tools("get_agent_result", agent_name="sealed")

@@ -40,10 +40,10 @@ async def test_progress_keeps_its_interval_between_polls_and_counts_agents(slow_
     answer = await slow_polls("wait_for_agents", progress=progress, agent_names=["quick", "stuck"], timeout_s=1.0)
     assert answer["timed_out"] is True and answer["met"] == ["quick"]
     # Every 0.2 s though Coder is asked once a second: the first at once, then four more (a busy machine may
-    # make one late, never as late as the next poll).
+    # make some late, never as late as the next poll).
     assert len(seen) >= 4, seen
     gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:], strict=False)]
-    assert sorted(gaps)[len(gaps) // 2] < 0.2 + 0.1 and max(gaps) < 0.5, gaps
+    assert sorted(gaps)[len(gaps) // 2] < 0.2 + 0.2 and max(gaps) < 0.9, gaps
     assert {(done, total) for _, done, total, _ in seen} == {(1, 2)}  # agents done out of the group
     assert seen[0][3] == "1 of 2 agents reached idle; waiting (0 s of 1 s)"
     assert emulator.backend.requests["GET /api/v2/workspaces"] <= 2  # progress costs Coder nothing
@@ -56,7 +56,8 @@ async def test_progress_of_one_agent_says_agent(tools, emulator):
     async def progress(done, total, message):
         said.append(message)
 
-    await tools("wait_for_agents", progress=progress, agent_names=["alone"], timeout_s=0.1)
+    # Long enough that a loaded machine's first listing leaves time for a word before the timeout.
+    await tools("wait_for_agents", progress=progress, agent_names=["alone"], timeout_s=1.0)
     assert said and said[0].startswith("0 of 1 agent reached idle; waiting")
 
 

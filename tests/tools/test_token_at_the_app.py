@@ -76,7 +76,7 @@ async def test_an_impostor_on_an_agentapi_port_never_sees_the_token(emulator, co
         assert asking["met"] == ["leaky"], asking
         shown = (await call("show_agent", agent_name="leaky"))["agent"]
         answered = await call("answer_agent", agent_name="leaky", prompt_id=shown["pending"]["prompt_id"],
-                              decision="allow")
+                              digest=shown["pending"]["digest"], decision="allow")
         assert answered["prompt_id"] == shown["pending"]["prompt_id"]
         emulator.advance(30)
         assert (await call("show_agents", agent_names=["leaky"]))["agents"][0]["status"] == "idle"
@@ -119,8 +119,9 @@ async def test_an_impostor_on_a_runner_port_never_sees_the_token_but_gets_the_ru
             await call("create_agent", name="sdk-leak", project="fleet-demo", spec="Run it [[permission]]")
             asking = await call("wait_for_agents", agent_names=["sdk-leak"], until="needs_input", **wait)
             assert asking["met"] == ["sdk-leak"], asking
-            prompt = (await call("show_agent", agent_name="sdk-leak"))["agent"]["pending"]["prompt_id"]
-            assert (await call("answer_agent", agent_name="sdk-leak", prompt_id=prompt,
+            pending = (await call("show_agent", agent_name="sdk-leak"))["agent"]["pending"]
+            prompt = pending["prompt_id"]
+            assert (await call("answer_agent", agent_name="sdk-leak", prompt_id=prompt, digest=pending["digest"],
                                decision="allow"))["prompt_id"] == prompt
             waited = await call("wait_for_agents", agent_names=["sdk-leak"], **wait)
             assert waited["met"] == ["sdk-leak"], waited

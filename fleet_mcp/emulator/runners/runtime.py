@@ -8,7 +8,10 @@ small project, and `home/` under a temporary directory the emulator owns); a sto
 new one up in the same directory, which resumes from its state file; a delete
 removes the directory. The app's health follows the runner's `/health`. The
 runner is a separate process started as `python -m fleet_mcp runner`: nothing
-here imports the rest of `fleet_mcp`.
+here imports the rest of `fleet_mcp`. Whatever the emulator starts dies with it
+however it dies: a reaper process (reaper.py) holds the runners' process groups
+and the scratch root, and takes both down once the emulator's pipe to it closes;
+a root whose emulator died before that is swept when the next emulator starts.
 """
 
 from __future__ import annotations
@@ -41,11 +44,12 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder"]
+__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder", "sweep"]
 
 log = logging.getLogger("fleet_mcp.emulator")
 
 RUNNER_SLUG = "fleet"
+ROOT_PREFIX = "fleet-emulator-"  # then the emulator's pid: a root whose emulator is gone is swept
 BIN = "bin"  # beside the workspaces' directories: what every workspace has on its PATH (Coder's CLI)
 START_WAIT_S = 30.0
 STOP_WAIT_S = 10.0
@@ -79,6 +83,7 @@ class Runners:
         self.exited: set[str] = set()  # agents whose runner ended on its own: not restarted (as a coder_script)
         self._wake: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
+        self._reaper: subprocess.Popen | None = None
         backend.lifecycle.listeners.append(self._on_lifecycle)
 
     # --- what the proxy asks ----------------------------------------------------
@@ -116,7 +121,9 @@ class Runners:
         if not self.url:
             raise RuntimeError("agent_runtime='runner' needs the emulator served on a socket (its URL is the "
                                "runners' CODER_AGENT_URL): use app.running() or `fleet-mcp emulator`")
-        self.root = Path(tempfile.mkdtemp(prefix="fleet-emulator-"))
+        await asyncio.to_thread(sweep, Path(tempfile.gettempdir()))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-"))
+        self._reaper = _spawn_reaper(self.root)
         install_coder(self.root / BIN)  # as a workspace has Coder's CLI: `coder exp mcp server` reports
         self._wake = asyncio.Event()
         try:
@@ -163,11 +170,13 @@ class Runners:
         assert self.root is not None
         disk = self.root / ws.id
         (disk / "home").mkdir(parents=True, exist_ok=True)
+        (disk / "tmp").mkdir(exist_ok=True)
         await asyncio.to_thread(seed_repository, disk / "work")  # the project the agent works on
         log = disk / "runner.log"
         # Spawned here, not in a thread: a cancel (the emulator stopping) between the spawn and this
         # bookkeeping would leave a runner no one stops, in a session of its own.
         proc = _spawn(disk, log, self._env(ws, agent, disk))
+        self._tell(f"+{proc.pid}")  # its process group: the runner's own (a session of its own)
         running = RunnerProcess(agent.id, proc, log)
         self.procs[ws.id] = running
         line = await asyncio.to_thread(first_line, proc, START_WAIT_S)
@@ -199,6 +208,7 @@ class Runners:
             "ANTHROPIC_API_KEY": "emulator",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "HOME": str(disk / "home"),
+            "TMPDIR": str(disk / "tmp"),  # as a workspace has its own /tmp: Claude Code's sockets go with the disk
             "PATH": os.pathsep.join([str(disk.parent / BIN), env.get("PATH", os.defpath)]),
             # As the template does: on the home volume, outside the project's git tree.
             "FLEET_RUNNER_STATE_FILE": str(disk / "home" / ".fleet-runner" / "state.json"),
@@ -228,7 +238,7 @@ class Runners:
         """Stop a workspace's runner, then forget it. Forgotten only once stopped: a cancel (the emulator
         stopping) can drop a stop still queued for a thread, and `aclose` must then find the runner."""
         await asyncio.to_thread(self._stop, self.procs[ws_id])
-        self.procs.pop(ws_id, None)
+        self._tell(f"-{self.procs.pop(ws_id).proc.pid}")
 
     @staticmethod
     def _stop(running: RunnerProcess) -> None:
@@ -251,6 +261,8 @@ class Runners:
         """Stop every runner (concurrently), close the proxy's client and remove the scratch directories."""
         procs, self.procs = list(self.procs.values()), {}
         await asyncio.gather(*(asyncio.to_thread(self._stop, p) for p in procs))
+        for running in procs:
+            self._tell(f"-{running.proc.pid}")
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -261,9 +273,23 @@ class Runners:
         procs, self.procs = list(self.procs.values()), {}
         for running in procs:
             self._stop(running)
+            self._tell(f"-{running.proc.pid}")
         if self.root:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.stdin is not None:
+            with contextlib.suppress(OSError):
+                reaper.stdin.close()  # its cue: nothing is left to take down
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                reaper.wait(STOP_WAIT_S)
+
+    def _tell(self, word: str) -> None:
+        """One line to the reaper (a pipe write this short is atomic); a reaper gone changes nothing here."""
+        if self._reaper is not None and self._reaper.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._reaper.stdin.write(f"{word}\n".encode())
+                self._reaper.stdin.flush()
 
 
 class RunnerForward(Response):
@@ -324,6 +350,28 @@ def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "fleet_mcp", "runner", "--workdir", str(disk / "work")],
                                 cwd=disk / "work", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=errors, start_new_session=True)
+
+
+def _spawn_reaper(root: Path) -> subprocess.Popen:
+    """The reaper (reaper.py, by path: no package imports) in a session of its own, so a signal to the
+    emulator's process group leaves it to do its work; it ends when its stdin does."""
+    return subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).with_name("reaper.py")), str(root)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def sweep(tmp: Path) -> None:
+    """Remove the scratch roots (`fleet-emulator-<pid>-*`) of this user's emulators whose process is gone."""
+    for root in tmp.glob(f"{ROOT_PREFIX}*"):
+        pid = root.name[len(ROOT_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or root.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(root, ignore_errors=True)
+        except OSError:  # alive but another user's (PermissionError), or the root went meanwhile
+            continue
 
 
 def first_line(proc: subprocess.Popen, timeout: float) -> str:
