@@ -145,10 +145,13 @@ class Settings(BaseSettings):
     )
     runner_secret: SecretStr | None = Field(
         default=None,
-        description="runner agents' keys are derived from it (HMAC), so Coder holds only a nonce and the runner's "
-                    "verifier: an agent that reads its own build parameters (with the Coder agent token of its "
-                    "workspace) cannot open its runner. Unset: the key itself is the parameter, and `doctor` warns. "
-                    "Every replica, and every server driving the same agents, needs the same secret; never logged",
+        description="runner agents' keys are derived from it (HMAC) and from the workspace owner's Coder id, so "
+                    "Coder holds only a nonce and the runner's verifier: an agent that reads its own build "
+                    "parameters (with the Coder agent token of its workspace) cannot open its runner, and another "
+                    "user who copies a nonce into her own workspace gets a key bound to her. Unset: the key itself "
+                    "is the parameter, and `doctor` warns. Every replica, and every server driving the same agents, "
+                    "needs the same secret; never logged. Agents made with it before keys were bound to their owner "
+                    "(fleet-mcp before issue 29) show `offline` saying so: delete and create them again",
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

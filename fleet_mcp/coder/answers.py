@@ -1,5 +1,10 @@
 """An answer's body read into its model: checked to be JSON (not an error page), validated by pydantic-core
 straight from the bytes, its failures mapped to `Unavailable`; big ones with the garbage collector held off.
+
+A workspace app's answer is the agent's to forge, so its JSON values are counted before any is built
+(`values_over`): pydantic-core parses a whole body into values before it checks a list's `max_length`, and
+16 MiB of `{},` is 5.6 million of them (~800 MB and seconds holding the GIL). Counting is a few passes of
+bytes methods over the body, C speed, building nothing.
 """
 
 from __future__ import annotations
@@ -7,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -15,26 +21,52 @@ from typing import Any
 import httpx
 import pydantic
 
-from fleet_mcp.coder.errors import Unavailable
+from fleet_mcp.coder.errors import Oversized, Unavailable
 
-__all__ = ["collection_paused", "parsed"]
+__all__ = ["APP_VALUES", "collection_paused", "parsed", "values_over"]
 
 # An answer this big (a listing of dozens of workspaces) is parsed with the collector held off until the task
 # yields (`collection_paused`); a small one's objects cost a collection next to nothing.
 BIG_ANSWER = 1 << 20
+# JSON values (objects, arrays, strings, numbers: an object's entries counted once) in a workspace app's answer:
+# ~15 MB and ~0.1 s of parsing at worst; an AgentAPI conversation of 10,000 messages is ~50,000.
+APP_VALUES = 100_000
+_STRING = re.compile(rb'"[^"]*"')  # a JSON string once its escaped quotes and backslashes are gone
 
 
-def parsed(where: str, response: httpx.Response, content: bytes, model: Any) -> Any:
-    """The answer validated into `model` (None: only checked to be JSON, or empty)."""
+def values_over(content: bytes, cap: int) -> bool:
+    """Whether the JSON in `content` holds more than `cap` values, told without building one.
+
+    Every value but a container's first follows a comma, and every container opens with a bracket, so commas
+    and brackets outside strings bound the count (an object's key and value count as one entry). Strings are
+    cut out once their escaped backslashes and quotes are (in valid JSON a backslash only ever starts an
+    escape, so they pair left to right); where the JSON turns invalid pydantic-core stops building, and the
+    count up to there is exact. Commas and brackets inside strings only ever raise the first, rough count.
+    """
+    if content.count(b",") + content.count(b"[") + content.count(b"{") <= cap:
+        return False
+    bare = content.replace(b"\\\\", b"").replace(b'\\"', b"")
+    if bare.count(b'"') > 4 * cap + 4:  # more strings than `cap` entries can hold (a key and a value each)
+        return True
+    outside = _STRING.sub(b"", bare)
+    return outside.count(b",") + outside.count(b"[") + outside.count(b"{") > cap
+
+
+def parsed(where: str, response: httpx.Response, content: bytes, model: Any, values: int | None = None) -> Any:
+    """The answer validated into `model` (None: only checked to be JSON, or empty); `Oversized` when it holds
+    more than `values` JSON values."""
     if not content or content.isspace():  # not strip(): Go's encoder ends each answer in "\n", and strip()
         # would copy the whole body (47 MB for a listing of 1,000 real workspaces) to drop it
         return None if model is None else _validated(where, model, b"null")
     if "html" in response.headers.get("content-type", "").lower():
         raise Unavailable(None, f"Expected JSON from {where}, got an HTML page", cause="garbled")
+    if values is not None and values_over(content, values):
+        raise Oversized(None, f"the answer to {where} holds over {values:,} JSON values, the cap for its kind",
+                        cause="oversized")
     if model is None:
         try:
             json.loads(content)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # nested deeper than the decoder goes: no JSON for us
             raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
         return None
     return _validated(where, model, content)

@@ -22,7 +22,7 @@ import httpx
 from httpx_sse import ServerSentEvent
 
 from fleet_mcp.coder import bounded, netcause
-from fleet_mcp.coder.answers import collection_paused, parsed
+from fleet_mcp.coder.answers import APP_VALUES, BIG_ANSWER, collection_paused, parsed
 from fleet_mcp.coder.apps import ConnectTo
 from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.pools import Pools
@@ -240,7 +240,13 @@ class Exchange:
             raise _oversized(where, exc) from None
         except httpx.HTTPError as exc:
             raise self._no_answer(where, exc) from exc
-        return parsed(where, response, content, call.model)
+        if not call.app:
+            return parsed(where, response, content, call.model)
+        if len(content) <= BIG_ANSWER:
+            return parsed(where, response, content, call.model, APP_VALUES)
+        # An app's big answer is parsed in a worker thread: where validation runs Python (lenient fields) the
+        # event loop gets its turns meanwhile; pydantic-core's own work holds the GIL, bounded by APP_VALUES.
+        return await asyncio.to_thread(parsed, where, response, content, call.model, APP_VALUES)
 
     async def _error_body(self, response: httpx.Response, where: str) -> httpx.Response:
         """The error answer with its body read (only its start, decoded), as `error_from_response` reads it."""

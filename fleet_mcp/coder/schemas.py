@@ -252,6 +252,7 @@ class Workspace(LenientModel):
     id: str
     name: str
     owner_name: Text = ""
+    owner_id: Text = ""  # the owner as Coder says it: what a runner key is bound to (drivers/keys.py)
     template_id: Text = ""
     template_name: Text = ""
     template_display_name: Text = ""

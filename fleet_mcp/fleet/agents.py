@@ -112,7 +112,8 @@ class Fleet:
         return self._driver_of(ws) if isinstance(base_status(ws, self.slugs), Ready) else None
 
     def _driver_of(self, ws: Workspace) -> Driver | None:
-        key, locked = key_of(self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY), self.runner_secret)
+        key, locked = key_of(self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY), self.runner_secret,
+                             ws.owner_id)
         return driver_for(self.client, ws, self.slugs, key=key, locked=locked)
 
     def _runner_unkeyed(self, ws: Workspace) -> bool:

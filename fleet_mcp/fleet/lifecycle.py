@@ -35,6 +35,7 @@ class Lifecycle:
         self.fleet = fleet
         self.settings = fleet.settings
         self.cap = Cap(fleet.client, fleet.builds, fleet.settings)
+        self._user_id = ""  # this server's Coder user: a new runner key is bound to its id (drivers/keys.py)
 
     async def create(self, name: str, project: str, role: str, spec: str, *, autostop_minutes: int | None = None,
                      model: str | None = None, max_turns: int | None = None,
@@ -91,7 +92,9 @@ class Lifecycle:
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
                   **self._budgets(template, params, model, max_turns, max_cost_usd)}
         if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
-            values[RUNNER_KEY] = new_parameter(self.fleet.runner_secret)
+            if self.fleet.runner_secret and not self._user_id:
+                self._user_id = (await fleet.client.me(deadline=deadline)).id
+            values[RUNNER_KEY] = new_parameter(self.fleet.runner_secret, self._user_id)
         if result_schema is not None:
             if RESULT_SCHEMA not in {p.name for p in params}:
                 if cached:

@@ -38,7 +38,7 @@ FORM = {"type": "object", "required": ["allow"], "properties": {
 STATES = {"succeeded": "complete", "failed": "failure", "interrupted": "canceled"}
 
 
-async def forms(services: Services, waiting: list[WaitedAgent], *, deadline: float | None) -> dict[str, ElicitRequest]:
+def forms(waiting: list[WaitedAgent]) -> dict[str, ElicitRequest]:
     """The forms asking the user about each waiting agent's prompt (those whose prompt id is known)."""
     asked: dict[str, ElicitRequest] = {}
     for agent in waiting:

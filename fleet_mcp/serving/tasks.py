@@ -150,7 +150,7 @@ class FleetTasks(ServerExtension):
                 return DetailedTask(**self._state(task_id, watch, "completed", done.message),
                                     result=_tool_result(done))
             waiting = [a for a in agents if a.status == "needs_input"] if self.prompts == "human" else []
-            forms = await asks.forms(services, waiting, deadline=deadline)
+            forms = asks.forms(waiting)
             if forms:
                 return DetailedTask(**self._state(task_id, watch, "input_required", _asking(waiting)),
                                     input_requests=forms)

@@ -4,13 +4,17 @@ secret, derives the key and drives the agent; a server without it (or with anoth
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 
 import httpx
 import pytest
+from processes import per_user_server
 from runners import fleet_server, needs_sdk, runner_fleet
+from support import ALICE_TOKEN, TOKEN, Tools, create_workspace, http_tools
 
-from fleet_mcp.drivers.keys import key_of, new_parameter
+from fleet_mcp.drivers.keys import OWNED, key_of, new_parameter
 WAIT = {"timeout_s": 90}
 SECRET = "runner-secret-of-the-fleet"
 
@@ -22,19 +26,25 @@ async def _parameter(coder: httpx.AsyncClient, name: str) -> str:
     return next(p["value"] for p in params if p["name"] == "fleet_mcp_runner_key")
 
 
-def test_the_key_is_derived_from_the_secret_and_the_nonce_alone():
-    bare = new_parameter(None)
-    assert "." not in bare and key_of(bare, None) == key_of(bare, SECRET) == (bare, None)  # today's agents
-    made = [new_parameter(SECRET) for _ in range(50)]
-    assert len(set(made)) == 50 and all(v.count(".") == 1 for v in made)  # token_urlsafe never holds a "."
+def test_the_key_is_derived_from_the_secret_the_owner_and_the_nonce():
+    owner, other = "8a1c5b1e-0000-4000-8000-000000000001", "8a1c5b1e-0000-4000-8000-000000000002"
+    bare = new_parameter(None, owner)
+    assert "." not in bare and key_of(bare, None, owner) == key_of(bare, SECRET, other) == (bare, None)
+    made = [new_parameter(SECRET, owner) for _ in range(50)]
+    assert len(set(made)) == 50 and all(v.count(".") == 1 and v.startswith(OWNED) for v in made)
     for value in made:
-        key, why = key_of(value, SECRET)
+        key, why = key_of(value, SECRET, owner)
         assert why is None and key is not None and key not in value
         assert hashlib.sha256(key.encode()).hexdigest() == value.split(".")[1]  # what the runner is given
-        assert key_of(value, "another")[0] != key
-    locked, why = key_of(made[0], None)
+        assert key_of(value, "another", owner)[0] != key
+        assert key_of(value, SECRET, other)[0] != key  # the nonce in another user's workspace: another key
+    locked, why = key_of(made[0], None, owner)
     assert locked is None and isinstance(why, str) and "FLEET_MCP_RUNNER_SECRET" in why
-    assert key_of("", SECRET) == (None, None)  # a template without the parameter
+    assert key_of("", SECRET, owner) == (None, None)  # a template without the parameter
+    old = "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4." + "0" * 64  # made before keys were bound to their owner
+    unbound, why = key_of(old, SECRET, owner)
+    assert unbound is None and "create it again" in str(why)
+    assert key_of(made[0], SECRET, "") == (None, key_of(made[0], SECRET, "")[1]) and key_of(made[0], SECRET, "")[1]
 
 
 @pytest.mark.system
@@ -72,3 +82,41 @@ async def test_the_parameter_coder_holds_opens_no_runner_while_the_fleet_drives_
         assert done["agents"][0]["last_turn"] == "succeeded"
         result = await tools("get_agent_result", agent_name="sealed")
         assert result["outcome"] == "succeeded" and result["driver"] == "runner"
+
+
+@pytest.mark.system
+@needs_sdk
+async def test_on_a_team_server_a_victims_nonce_in_another_users_workspace_derives_no_key_that_opens_it(
+        conformance, tmp_path):
+    """Issue 29 item 5: the victim's agent leaks its own parameter (its agent token reads it); another user puts
+    it in her own workspace and has the shared server show her agent: the key the server sends her runner is
+    bound to her, so it is not the victim's (before: the victim's key, which opened the victim's runner)."""
+    async with runner_fleet(conformance, runner_secret=SECRET) as (_, coder):
+        url = str(coder.base_url)
+        with contextlib.ExitStack() as stack:
+            # Started from a thread: it asks the emulator, which this test's event loop serves, as it starts.
+            team = await asyncio.to_thread(stack.enter_context, per_user_server(
+                tmp_path, url, FLEET_MCP_RUNNER_SECRET=SECRET, FLEET_MCP_WAIT_POLL_INTERVAL_S="0.5"))
+            async with http_tools(team.url, TOKEN) as demo_client, http_tools(team.url, ALICE_TOKEN) as alice_client:
+                demo, alice = Tools(demo_client), Tools(alice_client)
+                await demo("create_agent", name="victim", project="fleet-demo", spec="Write the notes")
+                assert (await demo("wait_for_agents", agent_names=["victim"], **WAIT))["met"] == ["victim"]
+                value = await _parameter(coder, "victim")
+                async with httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": ALICE_TOKEN},
+                                             timeout=30) as hers:
+                    made = await create_workspace(hers, "mallory", params={
+                        "fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Write the notes",
+                        "fleet_mcp_runner_key": value})
+                    assert made.status_code == 201, made.text
+                    alice_id = (await hers.get("/api/v2/users/me")).json()["id"]
+                assert (await alice("wait_for_agents", agent_names=["mallory"], **WAIT))["met"] == ["mallory"]
+                # Her runner holds the victim's verifier: it opens only to the victim's key. The server's is not.
+                shown = (await alice("show_agent", agent_name="mallory"))["agent"]
+                assert shown["status"] == "offline" and "refused the fleet's key" in shown["problem"], shown
+                assert (await demo("show_agent", agent_name="victim"))["agent"]["status"] == "idle"  # unharmed
+        demo_id = (await coder.get("/api/v2/users/me")).json()["id"]
+        runner = (await coder.get("/emulator/agents/victim/runner")).json()["url"]
+        async with httpx.AsyncClient(base_url=runner, timeout=15) as direct:
+            tried = [(await direct.get("/state", headers={"X-Fleet-Runner-Key": key_of(value, SECRET, who)[0]}))
+                     .status_code for who in (alice_id, demo_id)]
+        assert tried == [401, 200]  # the key derived for her opens nothing of the victim's; the victim's own does
