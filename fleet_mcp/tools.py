@@ -27,7 +27,7 @@ from .fleet.turns import DIFF_PAGE_MAX, PATH_MAX, Turns
 from .serving.users import services_of
 from .fleet.waits import MAX_WAIT_S, Waits
 
-AgentName = Annotated[str, Field(description="The agent's name, as create_agent was given it")]
+AgentName = Annotated[str, Field(description="The agent's name, as created")]
 Page = Annotated[int, Field(ge=1, description="Page number, starting at 1")]
 PageSize = Annotated[int, Field(description="Items per page; clamped to 1..100")]
 # Characters, the closest a schema can say it: the rule itself counts UTF-8 bytes (`rules.check_text`).
@@ -176,26 +176,23 @@ async def cancel_agent_task(agent_name: AgentName, turns: Turns = Depends(turns_
 async def answer_agent(
     agent_name: AgentName,
     prompt_id: Annotated[str, Field(min_length=1, max_length=100,
-                                    description="The prompt you answer: pending.prompt_id as show_agent, "
-                                                "list_agents, show_agents or wait_for_agents showed it")],
+                                    description="The prompt you answer: its pending.prompt_id")],
     decision: Annotated[str, Field(pattern=r"^(allow|deny|[0-9]{1,2})$",
-                                   description="allow or deny the pending permission; on AgentAPI agents "
-                                               "also the number of a choice on the agent's screen")],
-    message: Annotated[str, Field(max_length=MAX_SPEC, description="Optional words to Claude with the answer "
-                                                                   "(why, what instead)")] = "",
+                                   description="allow or deny; on AgentAPI agents also a choice's number "
+                                               "on the screen")],
+    message: Annotated[str, Field(max_length=MAX_SPEC, description="Optional words to Claude (why, what "
+                                                                   "instead)")] = "",
     digest: Annotated[str | None, Field(max_length=100, description=(
-        "pending.digest as shown with the prompt (its tool and whole input): required for runner agents; the "
-        "answer is refused if the prompt is not what was shown"))] = None,
-    allow_truncated: Annotated[bool, Field(description="Allow a prompt whose input was shown cut "
-                                                       "(pending.input_truncated): you approve what you did not "
-                                                       "see whole")] = False,
+        "pending.digest as shown; required for runner agents: refused if the prompt differs"))] = None,
+    allow_truncated: Annotated[bool, Field(description="Allow a prompt shown cut (pending.input_truncated), "
+                                                       "unseen in part")] = False,
     turns: Turns = Depends(turns_of),
     deadline: float | None = None,
 ) -> AnswerResult:
-    """Answer the prompt `prompt_id` of an agent in `needs_input` (a permission to use a tool, or a choice),
-    then report its new status. Refused with `conflict` when that prompt no longer waits (answered, timed
-    out, or another one asked since) or is not what was shown (`digest`): the error shows what waits now,
-    whole. Never lands on another prompt; the answer names the tool and input it approved."""
+    """Answer prompt `prompt_id` of an agent in `needs_input` (a tool permission, or a choice), then report
+    its new status. Refused with `conflict` when that prompt no longer waits (answered, or another asked
+    since) or is not what was shown (`digest`): the error shows what waits now. Never lands on another
+    prompt; the answer names what it approved."""
     return await turns.answer(agent_name, decision, message, prompt_id, digest or "", allow_truncated,
                               deadline=deadline)
 
