@@ -129,13 +129,15 @@ def runner_answer(method: str, target: str) -> bytes | None:
                         "answered": [], "error": None, "queued": 0, "turns": 1, "cost_usd": 0.0421,
                         "last_activity_at": FINISHED, "last_turn": "succeeded", "last_cost_usd": 0.0421,
                         "changes_summary": "3 files, +120 \u22128, 2 commits"}
-    elif (method, rest) == ("GET", "results"):
+    elif (method, rest) in (("GET", "results"), ("GET", "result")):
         answer = {"results": [{"task": TASK, "text": SAID, "is_error": False, "subtype": "success", "num_turns": 6,
                                "duration_ms": 41000, "total_cost_usd": 0.0421,
                                "session_id": f"session-{found['workspace']}", "started_at": STARTED,
                                "finished_at": FINISHED,
                                "pull_request_url": None, "interrupted": False, "changes": CHANGES,
                                "changes_unavailable": None, "structured": None}]}
+        if rest == "result":  # the last one alone (runner_wire.LastResult)
+            answer = {"result": answer["results"][-1]}
     elif (method, rest) == ("GET", "messages"):
         answer = {"messages": [{"id": 1, "role": "user", "content": TASK, "time": FINISHED},
                                {"id": 2, "role": "assistant", "content": SAID, "time": FINISHED}]}
