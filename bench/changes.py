@@ -78,7 +78,7 @@ def main() -> int:
             if summary is None:
                 print(json.dumps({"error": why}))
                 return 1
-            files_total = summary["files_total"]
+            files_total = summary.files_total
     print(json.dumps({"change_summary_ms": round(statistics.median(finishes), 1),
                       "change_summary_max_ms": round(max(finishes), 1),
                       "change_start_ms": round(statistics.median(begins), 1), "change_files_total": files_total,
