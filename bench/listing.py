@@ -136,7 +136,7 @@ async def measure(body: bytes, url: str, runs: int, profile: bool) -> dict:
             t0 = time.process_time()
             page = WorkspacesPage.model_validate_json(body)
             t1 = time.process_time()
-            fleet._summaries(page.workspaces, None, None)
+            [fleet._summary(ws) for ws in page.workspaces]
             t2 = time.process_time()
             del page
             return t1 - t0, t2 - t1, time.process_time() - t2
@@ -186,9 +186,10 @@ def main() -> None:
         assert server.stdout is not None
         url = f"http://127.0.0.1:{server.stdout.readline().strip()}"
         import fleet_mcp.server  # noqa: F401  the server's heap, as in the server (the collector walks it)
-        from fleet_mcp.coder.bounded import keep_freed_memory
+        from fleet_mcp.serving.tuning import keep_freed_memory, read_in_big_steps
 
         keep_freed_memory()  # as the server does when it starts serving
+        read_in_big_steps()
 
         print(json.dumps(asyncio.run(measure(body, url, args.runs, args.profile))))
     finally:

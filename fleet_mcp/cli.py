@@ -201,15 +201,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
-    from .coder.bounded import keep_freed_memory
     from .server import build_server
     from .serving.run import serve_http, serve_stdio
 
     stopping = asyncio.Event()  # set on the first signal (or stdin's end): waits in flight answer at once
     server = build_server(settings, transport=transport, user=who.user, stopping=stopping)
-    gc.freeze()
-    gc.enable()
-    keep_freed_memory()  # each read of a big fleet's listing reuses the last one's memory
+    from .serving.tuning import tune
+
+    tune()  # start-up's objects frozen, the collector on again; big answers read and kept cheaply
     # SIGTERM and SIGINT: the calls in flight finish (5 s at most), the lifespan closes the Coder client, exit 0.
     try:
         if sock is not None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-__all__ = ["ERROR_BODY", "LIMITS", "STEP", "Limit", "TooLarge", "Undecodable", "events", "keep_freed_memory", "read"]
+__all__ = ["ERROR_BODY", "LIMITS", "STEP", "Limit", "TooLarge", "Undecodable", "events", "read"]
 
 MiB = 1 << 20
 Limit = Literal["status", "record", "conversation", "listing", "events"]
@@ -33,7 +33,6 @@ LIMITS: dict[Limit, int] = {
     "conversation": 16 * MiB,  # an agent's whole conversation, or its turns' results
     "listing": 256 * MiB,  # the fleet's workspaces (a real one: ~40 KB, up to 220 KB with a long history), builds
 }
-KEPT = 64 * MiB  # what the C allocator keeps of freed memory (`keep_freed_memory`)
 ERROR_BODY = 64 * 1024  # of an error answer, only this much is read: enough for any message Coder writes
 STEP = 64 * 1024  # most bytes inflated at once
 
@@ -163,21 +162,3 @@ def _h11_state(stream: object) -> Any:
                        if (s := getattr(stream, name, None)) is not None), None)
         seen += 1
     return None
-
-
-def keep_freed_memory(kept: int = KEPT) -> bool:
-    """Have glibc's allocator keep freed memory for reuse instead of handing it back at once (False: not glibc).
-
-    Reading a listing of 1,000 real workspaces takes ~200 MB for a moment: the 47 MB body, pydantic-core's
-    parse of it, the models. By default glibc maps every block over 32 MiB afresh and returns freed memory
-    at the top of its heap, so each listing (each poll of a wait) faults ~40,000 pages in again: ~30 ms of
-    CPU. Blocks up to `kept` now come from the heap, and up to twice that is kept free in it.
-    """
-    import ctypes  # here: only the server's start needs it
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(mallopt(m_mmap_threshold, kept)) and bool(mallopt(m_trim_threshold, 2 * kept))

@@ -18,14 +18,14 @@ from fleet_mcp.coder import bounded
 from fleet_mcp.coder.apps import App, AppHosting, ConnectTo, _seg, app_proxy_path
 from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.errors import AppUnavailable, CoderError, PathAppsDisabled, Unavailable
-from fleet_mcp.coder.exchange import Exchange, Headers, collection_paused
+from fleet_mcp.coder.exchange import Exchange, Headers
 from fleet_mcp.coder.schemas import (
     AppHost, BuildInfo, BuildParameter, Organization, Preset, Presets,
     Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
     WorkspaceResource, WorkspacesPage,
 )
 
-__all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path", "collection_paused"]
+__all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]
 
 Transition = Literal["start", "stop", "delete"]
 T = TypeVar("T")

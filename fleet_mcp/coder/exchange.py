@@ -9,10 +9,8 @@ validates the JSON into the models of `fleet_mcp.coder.schemas`.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import random
 import ssl
-import sys
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from functools import lru_cache
@@ -22,7 +20,7 @@ import httpx
 from httpx_sse import ServerSentEvent
 
 from fleet_mcp.coder import bounded, netcause
-from fleet_mcp.coder.answers import APP_VALUES, BIG_ANSWER, collection_paused, parsed
+from fleet_mcp.coder.answers import APP_VALUES, BIG_ANSWER, parsed
 from fleet_mcp.coder.apps import ConnectTo
 from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.pools import Pools
@@ -33,17 +31,10 @@ from fleet_mcp.coder.errors import (
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-__all__ = ["Exchange", "Headers", "collection_paused"]
+__all__ = ["Exchange", "Headers"]
 
 # Headers one request adds to the exchange's own (a workspace app's door: the runner's key).
 Headers = tuple[tuple[str, str], ...]
-
-# httpcore runs `import sniffio` each time it makes a lock or semaphore, several times per request.
-# Without sniffio installed (anyio 4 no longer needs it), each failed import searches sys.path again,
-# tenths of a millisecond a request. Recording its absence once makes that import fail at once; httpcore
-# then assumes asyncio, exactly as it does whenever sniffio is missing.
-if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 

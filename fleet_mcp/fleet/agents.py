@@ -15,7 +15,7 @@ from typing import Any
 
 from .builds import Builds
 from ..coder import errors as ce
-from ..coder.client import CoderClient, collection_paused
+from ..coder.client import CoderClient
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
     Driver, DriverError, Live, Message, Pending, Slugs, Unkeyed, Unreachable, agent_and_app, driver_app, driver_for,
@@ -193,11 +193,12 @@ class Fleet:
 
     async def list_agents(self, status: str | None = None, project: str | None = None, *,
                           deadline: float | None) -> AgentList:
+        # A big listing is parsed with the collector held off until this task yields (`coder.answers`): it is
+        # summarised and dropped before any collection walks it.
         page = await self.client.workspaces(FLEET_QUERY, deadline=deadline)
-        with collection_paused():  # the listing is read and dropped before a collection can walk it
-            listed = [(ws, self._summary(ws)) for ws in page.workspaces
-                      if not project or project.lower() in (ws.template_name.lower(), ws.template_display_name.lower())]
-            del page
+        listed = [(ws, self._summary(ws)) for ws in page.workspaces
+                  if not project or project.lower() in (ws.template_name.lower(), ws.template_display_name.lower())]
+        del page
         # A runner's prompt, and whether one waits, come from the runner, never from the listing's mark (asks.py).
         marked = [(ws, list_status(ws, self.slugs)) for ws, s in listed
                   if s.status == "needs_input" and s.status_source == "app status"]

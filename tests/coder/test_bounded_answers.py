@@ -9,7 +9,6 @@ socket and the fleet runs on the transport that ships.
 from __future__ import annotations
 
 import re
-import resource
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -182,20 +181,3 @@ async def test_an_event_whose_data_spans_lines_is_read_whole():
         async with coder.app_events(App("demo", "a1", "main", "ccw"), "events") as events:
             read = [(event.event, event.json()) async for event in events]
     assert read == [("status_change", {"status": "stable"}), ("agent_error", {"level": "error", "message": "boom"})]
-
-
-def test_a_big_answers_memory_is_kept_for_the_next_one():
-    """The server has glibc keep freed memory (`keep_freed_memory`): a body the size of a listing of 1,000 real
-    workspaces, made again, lands in memory the process already has. By default each one is mapped afresh and
-    faulted in page by page (~12,000 faults for 48 MB), every poll of a wait over a big fleet."""
-    if not bounded.keep_freed_memory():
-        pytest.skip("not glibc's allocator")
-
-    def faults_making(size: int) -> int:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        body = b"x" * size  # written whole, as a read body is
-        del body
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-    faults_making(48 * MB)
-    assert faults_making(48 * MB) < 1_000
