@@ -222,8 +222,12 @@ class Turns:
             if driver is None or snap.live is None:
                 raise self.fleet.not_ready(snap, "so its result cannot be read")
             if driver.kind == "runner":
-                last = await (begun["result"] if begun and same_reach(known, driver)
-                              else driver.last_result(deadline=deadline))
+                try:
+                    last = await (begun["result"] if begun and same_reach(known, driver)
+                                  else driver.last_result(deadline=deadline))
+                except Unreachable as exc:  # its answer unreadable: the agent's problem, said as for a read
+                    raise self.fleet.not_ready(replace(snap, live=None, unreachable=why_unreachable(exc)),
+                                               "so its result cannot be read") from None
             elif messages is None:
                 messages = await quietly(driver.conversation(deadline=deadline))
         if driver.kind == "runner":
