@@ -101,7 +101,7 @@ def test_runner_agents_are_measured_through_their_app_routes(figures):
     routes = f["get_agent_result_routes"]
     assert len(routes) == f["get_agent_result_requests"] >= 2
     assert any(r.startswith("GET /api/v2/") for r in routes)  # the workspace lookup
-    assert "GET /@demo/bench-0001.main/apps/fleet/results" in routes  # the changes come from the runner
+    assert "GET /@demo/bench-0001.main/apps/fleet/result" in routes  # the changes come from the runner
     assert 1 <= f["get_agent_result_round_trips"] <= f["get_agent_result_requests"]
     assert number(f["get_agent_result_wall_ms"], f["latency_ms"] * f["get_agent_result_round_trips"], 10_000)
     # show_agents waited on the stand-in at least once: a lookup and each runner's /state
