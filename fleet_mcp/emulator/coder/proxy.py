@@ -119,6 +119,16 @@ def page(status: int, title: str, description: str, actions: Sequence[tuple[str,
     return Response(body, status, media_type="text/html; charset=utf-8")
 
 
+async def read_body(receive) -> bytes:
+    """An ASGI request's whole body."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def bad_gateway(app_url: str, back: str = "") -> Response:
     """Coder's answer when nothing listens behind an app."""
     where = app_url.removeprefix("http://").removeprefix("https://").rstrip("/") or "127.0.0.1"
@@ -163,12 +173,7 @@ class Relay(Response):
         self.client, self.url = client, url
 
     async def __call__(self, scope, receive, send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = [(k, v) for k, v in scope["headers"] if k.decode("latin-1").lower() not in HOP_BY_HOP]
         query = scope.get("query_string", b"").decode("latin-1")
         outgoing = self.client.build_request(scope["method"], self.url + (f"?{query}" if query else ""),

@@ -307,14 +307,9 @@ class RunnerForward(Response):
         return await self.client.request(method, url, headers=headers or [], content=body, timeout=timeout)
 
     async def __call__(self, scope, receive, send) -> None:
-        from ..coder.proxy import bad_gateway
+        from ..coder.proxy import bad_gateway, read_body
 
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
                    if k.decode("latin-1").lower() not in HOP_BY_HOP]
         try:
