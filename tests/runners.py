@@ -66,6 +66,9 @@ async def fleet_server(conformance, url: str, extensions=None, **settings) -> As
     from fleet_mcp.server import build_server
 
     transport = CheckedTransport(httpx.AsyncHTTPTransport(), conformance)
+    # rate_share=1: a story's back-to-back waits poll every 0.2 s, and on a slow machine a minute of them would
+    # pass the default share of Coder's 512 requests/minute and the next wait be refused (`unavailable`).
+    settings = {"rate_share": 1.0, **settings}
     server = build_server(fleet_settings(coder_url=url, poll_interval_s=0.1, wait_poll_interval_s=0.2,
                                          cancel_wait_s=20, delete_wait_s=30, **settings), transport=transport)
     async with Client(server, extensions=extensions) as client:

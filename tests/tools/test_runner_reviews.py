@@ -107,7 +107,8 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         assert (await tools("show_agent", agent_name="try-2"))["agent"]["status"] == "idle"  # nothing was sent
 
         await tools("stop_agent", agent_name="try-3")
-        await tools("wait_for_agents", agent_names=["try-3"], until="stopped", **WAIT)
+        halted = await tools("wait_for_agents", agent_names=["try-3"], until="stopped", **WAIT)
+        assert halted["met"] == ["try-3"], halted
         stopped = await tools.error("show_agent_diff", agent_name="try-3")
         assert stopped["error"] == "bad_request" and "stopped" in stopped["message"]
         await tools("delete_agent", agent_name="try-3")
