@@ -30,7 +30,7 @@ from ..models import (
 from .asks import confirmed_all
 from .projects import Catalog
 from .reads import nothing, own_problem, prefetch, quietly
-from ..rules import (
+from .rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
     iso, paginate, valid_name,
 )

@@ -17,7 +17,7 @@ from ..errors import FleetError, bad_request, unexpected
 from .agents import Fleet, agent_answer
 from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .reads import settle
-from ..rules import (
+from .rules import (
     MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_result_schema, check_text, valid_name,
 )

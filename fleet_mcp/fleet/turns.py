@@ -14,12 +14,13 @@ from ..drivers import (
     StalePrompt, TurnResult, Unkeyed, Unreachable, same_reach, screen_prompt,
 )
 from ..errors import FleetError, bad_request, conflict, unavailable
+from ..deadlines import sooner
 from ..drivers.keys import SECRET_SETTING
 from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
 from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
-from .polling import poll_until, sooner
+from .polling import poll_until
 from .reads import prefetch, quietly
-from ..rules import PR_LINK, TASK, check_result_schema, check_text, iso
+from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
 from .status import Snapshot, live_status
 
 __all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]

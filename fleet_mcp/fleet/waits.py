@@ -21,7 +21,7 @@ from .agents import Fleet, prompt, reported_task, with_screen_prompt
 from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import own_problem, prefetch
-from ..rules import FLEET_QUERY, iso, valid_name
+from .rules import FLEET_QUERY, iso, valid_name
 from .status import Snapshot, Status, list_status, live_status
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
