@@ -23,7 +23,7 @@ from ..fleet.background import Watch
 from ..fleet.polling import within
 from ..models import PendingPrompt, Task, TaskResult, WaitedAgent, WaitResult
 from ..fleet.rules import MAX_SPEC, iso
-from .users import Services
+from .services import Services
 
 __all__ = ["answer", "forms", "input_text", "turn_over"]
 

@@ -40,7 +40,7 @@ from pydantic import SecretStr
 
 from .front import sent_token
 from ..redaction import REDACTED, redact
-from .users import caller
+from .tokens import caller
 
 __all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_LINE", "MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open",
            "cut", "line_of"]

@@ -35,7 +35,7 @@ from ..fleet.background import Handover, Watch, offered
 from ..fleet.polling import within
 from ..models import WaitedAgent
 from . import asks, taskids
-from .users import Services, services_of
+from .services import Services, services_of
 
 __all__ = ["TASKS", "CreatedTask", "DetailedTask", "FleetTasks", "UpdateTaskParams", "declared"]
 

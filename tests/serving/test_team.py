@@ -167,7 +167,8 @@ def test_the_team_guide_quotes_the_nginx_configuration_the_tests_run():
 
 async def _verified(emulator, **settings):
     from fleet_mcp.settings import Settings
-    from fleet_mcp.serving.users import CoderTokens, Users
+    from fleet_mcp.serving.tokens import CoderTokens
+    from fleet_mcp.serving.users import Users
 
     values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
     users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))
