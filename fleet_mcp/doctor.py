@@ -31,7 +31,7 @@ from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .serving.preflight import StartupError, check_coder, load_settings
 from .drivers.keys import SECRET_SETTING
 from .fleet.projects import roles_from
-from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
+from .fleet.rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
 
 T = TypeVar("T")

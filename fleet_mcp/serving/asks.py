@@ -22,7 +22,7 @@ from ..errors import FleetError, guarded
 from ..fleet.background import Watch
 from ..fleet.polling import within
 from ..models import PendingPrompt, Task, TaskResult, WaitedAgent, WaitResult
-from ..rules import MAX_SPEC, iso
+from ..fleet.rules import MAX_SPEC, iso
 from .users import Services
 
 __all__ = ["answer", "forms", "input_text", "turn_over"]

@@ -24,7 +24,7 @@ from hcl_reader import (TEMPLATES, as_list, flag, labelled, load, merged, named,
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.coder.seed import ROLE_PROMPTS, ROLES
-from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
+from fleet_mcp.fleet.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.settings import Settings
 
 KINDS = {"runner": TEMPLATES / "fleet-agent" / "main.tf", "agentapi": TEMPLATES / "fleet-agent-agentapi" / "main.tf"}

@@ -8,7 +8,7 @@ import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
-from fleet_mcp.rules import NAME_PATTERN, check_name, check_text, iso, paginate, valid_name
+from fleet_mcp.fleet.rules import NAME_PATTERN, check_name, check_text, iso, paginate, valid_name
 from fleet_mcp.fleet.status import needs_attention
 
 

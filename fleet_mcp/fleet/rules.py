@@ -6,7 +6,7 @@ import math
 import re
 from datetime import UTC, datetime
 
-from .errors import FleetError
+from ..errors import FleetError
 
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
