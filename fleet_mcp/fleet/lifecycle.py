@@ -21,7 +21,7 @@ from .rules import (
     MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_result_schema, check_text, valid_name,
 )
-from .status import list_status
+from .status import Snapshot, list_status
 
 __all__ = ["Lifecycle"]
 
@@ -113,7 +113,7 @@ class Lifecycle:
             return None
         await self.cap.confirm(ws, deadline=deadline)  # a concurrent create (any replica) may have taken the last place
         # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
-        agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
+        agent = agent_answer(ws, values, list_status(Snapshot.of(ws, fleet.slugs)), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")

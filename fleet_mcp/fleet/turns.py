@@ -85,7 +85,7 @@ class Turns:
             raise unavailable(f"Agent {name!r} did not say within {wait:g} s whether it is working; no interrupt "
                               "was sent. Try again.", interrupt_delivered=False) from None
         if driver is None or before is None:
-            raise fleet.not_ready(Snapshot(ws, params, before, unreachable))
+            raise fleet.not_ready(Snapshot.of(ws, fleet.slugs, params, before, unreachable))
         if before.state not in ("working", "needs_input") and before.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
         lost: str | None = None  # why the interrupt's answer was lost, if it was
@@ -152,7 +152,7 @@ class Turns:
                               "or wait_for_agents show it (pending.prompt_id).", field="prompt_id")
         snap, messages = await self.fleet.snapshot(name, conversation=True, deadline=deadline)
         driver = snap.driver
-        status = with_screen_prompt(live_status(snap, self.fleet.slugs), driver, messages)
+        status = with_screen_prompt(live_status(snap), driver, messages)
         if driver is None or snap.live is None:
             raise self.fleet.not_ready(snap, "so it cannot be answered")
         if driver.kind == "runner" and decision.isdigit():
@@ -183,7 +183,7 @@ class Turns:
         except DriverError as exc:
             raise refused(name, exc) from None
         live, unreachable = await self.fleet.live(driver, deadline=deadline)
-        after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
+        after = live_status(replace(snap, live=live, unreachable=unreachable))
         what = answered or (waiting if waiting is not None and waiting.id == prompt_id else None)
         said = f" ({what.tool} {what.summary!r})" if what is not None else ""
         return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id, answered=prompt(what),
@@ -233,8 +233,7 @@ class Turns:
                 messages = await quietly(driver.conversation(deadline=deadline))
         if driver.kind == "runner":
             if last is None:
-                raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
-                    snap, self.fleet.slugs).value)
+                raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(snap).value)
             return _outcome(name, last, snap.live.cost_usd, "runner")  # the runner's sum over every turn
         statuses = await self.fleet.statuses(snap.workspace, deadline=deadline)
         ended = next((s for s in statuses if s.state in ("complete", "failure")), None)
@@ -261,11 +260,11 @@ class Turns:
         ws, params = await self.fleet.find(name, deadline=deadline)
         driver = self.fleet.driver(ws)
         if driver is None:
-            raise self.fleet.not_ready(Snapshot(ws, params, None, None), "so its diff cannot be read")
+            raise self.fleet.not_ready(Snapshot.of(ws, self.fleet.slugs, params), "so its diff cannot be read")
         try:
             return await driver.diff(scope, path, fmt, page, size, deadline=deadline)
         except Unreachable as exc:
-            raise self.fleet.not_ready(Snapshot(ws, params, None, why_unreachable(exc)),
+            raise self.fleet.not_ready(Snapshot.of(ws, self.fleet.slugs, params, None, why_unreachable(exc)),
                                        "so its diff cannot be read") from None
         except NotSupported as exc:
             raise refused(name, exc, driver=driver.kind) from None
