@@ -18,7 +18,7 @@ from fastmcp.server.dependencies import get_access_token
 from ..coder.client import CoderClient
 from ..errors import FleetError
 from ..fleet.agents import Fleet
-from ..fleet.budget import Meter
+from ..fleet.rate import Meter
 from ..fleet.lifecycle import Lifecycle
 from ..fleet.turns import Turns
 from ..fleet.waits import Waits

@@ -14,7 +14,7 @@ from collections import OrderedDict
 import httpx
 
 from ..coder.client import CoderClient
-from ..fleet.budget import Meter
+from ..fleet.rate import Meter
 from ..settings import Settings
 from .services import Services
 
@@ -64,7 +64,7 @@ class Users:
         return found
 
     def signed_in(self, services: Services, username: str) -> None:
-        """Coder named the token's user: every token of one user counts against one budget (one `Meter`)."""
+        """Coder named the token's user: every token of one user counts against one rate share (one `Meter`)."""
         services.username = username
         meter = self._meters.setdefault(username, services.meter)
         services.meter = services.waits.meter = meter

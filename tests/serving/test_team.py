@@ -202,7 +202,7 @@ async def test_a_checked_token_is_trusted_for_the_cache_time_then_asked_again(em
         await users.aclose()
 
 
-async def test_the_registry_is_bounded_and_one_user_has_one_budget(emulator):
+async def test_the_registry_is_bounded_and_one_user_has_one_meter(emulator):
     users, verifier = await _verified(emulator, max_users=2)
     next(u for u in emulator.backend.users.values() if u.username == "demo").tokens.add("second-token-of-demo")
     try:
