@@ -1,4 +1,5 @@
-"""templates/fleet-agent, the runner template: its app, the runner's environment, its start and stop scripts.
+"""templates/fleet-agent with the runner driver (modules/runner): its app, the runner's environment, its start and
+stop scripts.
 
 The HCL is read for the contract of specs/runner.md (no `terraform validate`
 here: no provider registry). The start and stop scripts are real shell run
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hcl_reader import TEMPLATES, flag, load, merged, named, of_type, parameter_ref, parameters, validation
+from hcl_reader import TEMPLATES, flag, merged, named, of_type, parameter_ref, parameters, template, validation
 from processes import free_port
 from runners import needs_sdk
 
@@ -31,7 +32,7 @@ from fleet_mcp.settings import Settings
 
 pytestmark = pytest.mark.system
 
-HERE = TEMPLATES / "fleet-agent"
+HERE = TEMPLATES / "fleet-agent" / "modules" / "runner"
 STATE_FILE = "/home/coder/.fleet-runner/state.json"
 # Read by start-runner.sh, not by the runner (which ignores unknown FLEET_RUNNER_ variables).
 SCRIPT_ONLY = {"FLEET_RUNNER_REQUIREMENT", "FLEET_RUNNER_GIT_AUTH_ID"}
@@ -39,7 +40,7 @@ SCRIPT_ONLY = {"FLEET_RUNNER_REQUIREMENT", "FLEET_RUNNER_GIT_AUTH_ID"}
 
 @pytest.fixture(scope="module")
 def doc() -> dict:
-    return load(HERE / "main.tf")
+    return template("runner")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def test_the_fleet_app(doc: dict, locals_: dict) -> None:
 
 
 def test_no_agentapi(doc: dict) -> None:
-    assert not named(doc, "module"), "the runner template needs no module (no AgentAPI, no claude-code 4.x)"
+    assert not named(doc, "module"), "the runner driver counts in no other module (no AgentAPI, no claude-code 4.x)"
     slugs = [a.get("slug") for a in of_type(doc, "resource", "coder_app").values()]
     assert Settings.model_fields["agentapi_app_slug"].default not in slugs
 
@@ -120,7 +121,7 @@ def test_the_runner_environment(doc: dict, locals_: dict) -> None:
         assert name.removeprefix("FLEET_RUNNER_").lower() in RunnerSettings.model_fields, f"{name}: no such setting"
     assert not {"CODER_AGENT_URL", "CODER_AGENT_TOKEN"} & set(env), "Coder gives the agent's processes these"
     assert locals_["workdir"] == "/home/coder/work"
-    assert parameter_ref(params[ROLE]) in locals_["system_prompt"]
+    assert parameter_ref(params[ROLE]) in locals_["role"] and "local.role" in locals_["system_prompt"]
     permission = named(doc, "variable")["permission_mode"]
     assert permission["default"] == RunnerSettings.model_fields["permission_mode"].default
 
