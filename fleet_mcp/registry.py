@@ -23,7 +23,7 @@ from . import deadlines
 from .deadlines import Deadline, deadline_of_a_read
 from .errors import guarded
 from .fleet.polling import within
-from .serving.users import services_of
+from .serving.services import services_of
 from .tools import (
     answer_agent, cancel_agent_task, create_agent, delete_agent, get_agent_result, list_agent_projects,
     list_agent_roles, list_agents, show_agent, show_agent_diff, show_agent_log, show_agent_task_history,

@@ -16,7 +16,9 @@ from fastmcp.server.middleware import Middleware
 
 from . import __version__
 from .settings import Settings
-from .serving.users import CoderTokens, Services, Users
+from .serving.services import Services
+from .serving.tokens import CoderTokens
+from .serving.users import Users
 from .errors import Envelope
 from .registry import TOOLS, instructions, register
 from .serving.tasks import FleetTasks
@@ -34,7 +36,7 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
 
     With `settings.audit_log` set, every tool call is also written to that file, one JSON line each (`user`:
     the token's Coder username when start-up learnt it, else each caller's). With
-    `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`users.CoderTokens`). With
+    `settings.auth == "coder"` each HTTP caller acts with their own Coder token (`tokens.CoderTokens`). With
     `settings.read_only` only the tools that change nothing are served. `stopping`, set by the serving loop
     when the server begins to stop, ends the waits in flight.
     """

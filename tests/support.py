@@ -118,6 +118,19 @@ async def runner_agent(coder: httpx.AsyncClient, emulator: Emulator, name: str) 
     return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
 
 
+def asgi_request(method: str, path: str, body: dict | None = None, query: str = "",
+                 path_params: dict | None = None) -> Request:
+    """A Starlette request as a route handler is given it, for calling one handler alone (no app, no server)."""
+    raw = json.dumps(body).encode() if body is not None else b""
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    scope = {"type": "http", "method": method, "path": path, "query_string": query.encode(),
+             "headers": [(b"content-length", str(len(raw)).encode())], "path_params": path_params or {}}
+    return Request(scope, receive)
+
+
 def dumps(value) -> str:
     return json.dumps(value, indent=1)[:2000]
 

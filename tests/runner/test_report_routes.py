@@ -1,6 +1,7 @@
 """Which way app statuses reach Coder: through Coder's CLI (`coder exp mcp server`'s `coder_report_task`,
 over the agent socket) where the workspace has it, else through the deprecated PATCH route. The runner's
-reporter runs in-process against the emulator; the CLI is the emulator's, as its runner workspaces get it."""
+reporter runs in-process against the emulator (as in `fleet-mcp runner`, whose log it writes to); the CLI is the
+emulator's, as its runner workspaces get it."""
 
 from __future__ import annotations
 
@@ -94,6 +95,32 @@ async def test_without_the_cli_or_its_agent_socket_the_patch_reports(fresh, tmp_
     assert await _report_a_turn(fresh) == TURN
     assert _routes(fresh) == {"patch": 3, "agent_api": 0}
     assert fresh.get("/emulator/faults").json()["faults"][0]["fired"] == 1  # the CLI's ping, refused
+
+
+@pytest.mark.parametrize("code", [404, 405])
+async def test_a_status_route_coder_no_longer_serves_is_logged_once_and_clearly(fresh, monkeypatch, caplog, code):
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if not Path(p, "coder").exists()))
+    assert fresh.post("/emulator/faults", json={"match": PATCH, "kind": "status", "code": code}).status_code == 201
+    token = fresh.get(f"/emulator/agents/{WORKSPACE}/token").json()["token"]
+    reporter = Reporter(str(fresh.base_url), token, SLUG)
+    reporter.start()
+    try:
+        assert await reporter.route() == "patch"
+        for task in ("One", "Two"):  # two turns, as the runner reports them
+            reporter.working(task)
+            reporter.finished(f"{task} done", False, None)
+        deadline = time.monotonic() + WAIT_S
+        while fresh.get("/emulator/faults").json()["faults"][0]["fired"] < 6:  # working, complete, idle twice
+            assert time.monotonic() < deadline, "the reporter stopped reporting"
+            await asyncio.sleep(0.05)
+    finally:
+        await reporter.stop()
+    logged = [r.getMessage() for r in caplog.records if r.name == "fleet_mcp.runner"]
+    said = [line for line in logged if "no longer serves" in line]
+    assert len(said) == 1 and f"HTTP {code}" in said[0] and "UpdateAppStatus" in said[0]
+    assert not [line for line in logged if "could not report app status" in line]  # one line, not one per status
+    assert token not in str(logged)
 
 
 async def test_the_emulated_cli_names_its_tool_and_arguments_as_coders(fresh, tmp_path):
