@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import html
 import os
+import resource
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from runners import WAIT_S, served
 from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
-from fleet_mcp.emulator.runners.runtime import install_coder
+from fleet_mcp.emulator.runners.runtime import first_line, install_coder, spawn_coder_forks
 from fleet_mcp.runner.report import Reporter
 
 pytestmark = pytest.mark.system  # the CLI is a process
@@ -139,3 +141,55 @@ async def test_the_emulated_cli_names_its_tool_and_arguments_as_coders(fresh, tm
         answer = await cli.call_tool("coder_report_task", {"summary": "Tests pass", "link": "", "state": "idle"})
         assert answer.data == {"message": "Thanks for reporting!"}
         assert await _statuses(fresh, 1) == [("idle", "Tests pass", "")]
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds of process `pid` and the children it has reaped (/proc/PID/stat utime..cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (those ended too, until it reaps them)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+async def test_the_cli_a_runner_workspace_forks_reports_the_same_for_a_fraction_of_a_process_start(fresh, tmp_path,
+                                                                                                     monkeypatch):
+    """The emulator's runner workspaces fork their `coder` from one process that imported it (coder_forks.py):
+    the same reports by the same route, at a few tenths of a second of CPU where a process of its own cost
+    2-3 s (importing fastmcp), half of what a runner workspace cost."""
+    bin_dir = tmp_path / "bin"
+    forks = spawn_coder_forks(bin_dir)
+    try:
+        assert first_line(forks, WAIT_S) == "ready"
+        install_coder(bin_dir, forked=True)
+        monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), os.environ["PATH"]]))
+        before = _cpu_s(forks.pid) + _children_cpu_s()
+        assert await _report_a_turn(fresh) == TURN
+        deadline = time.monotonic() + WAIT_S
+        # The CLI (here a copy the fork server made) ends with its client; once reaped, its CPU counts.
+        while _children(forks.pid) or set(_children(os.getpid())) - {forks.pid}:
+            assert time.monotonic() < deadline, "the forked CLI outlived its client"
+            await asyncio.sleep(0.05)
+        spent = _cpu_s(forks.pid) + _children_cpu_s() - before
+        assert _routes(fresh) == {"patch": 0, "agent_api": 4}  # the CLI's ping, then the three statuses
+        assert spent < 1.0, f"{spent:.2f} s of CPU for one CLI"
+    finally:
+        os.killpg(forks.pid, signal.SIGKILL)
+        forks.wait(WAIT_S)
+        for pipe in (forks.stdin, forks.stdout):
+            pipe.close()
