@@ -107,8 +107,8 @@ async def measure(args: argparse.Namespace) -> dict:
     cold_runs = args.runs or (1 if args.smoke else 2 if args.quick else 10)
     runs = args.runs or (1 if args.smoke else 3 if args.quick else 7)
     calls = 5 if args.smoke else 15 if args.quick else 50
-    # /proc counts CPU in 10 ms ticks: 50 calls read 0.2 ms steps; 40 still read a few ticks of a bare echo
-    cpu_calls = 40 if args.smoke else 150 if args.quick else 300
+    # /proc counts CPU in 10 ms ticks: 50 calls read 0.2 ms steps; 30 still read a few ticks of a bare echo
+    cpu_calls = 30 if args.smoke else 150 if args.quick else 300
     load_before = os.getloadavg()[0]
     with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-bench-") as workdir:
         bench = Bench(args, stand_in, workdir)
