@@ -44,7 +44,7 @@ from support import CheckedTransport, Tools, fleet_settings
 from fleet_mcp.coder import exchange as coder_exchange
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
-from fleet_mcp.emulator.coder.errors import CoderError
+from fleet_mcp.emulator.coder.errors import ErrorAnswer
 from fleet_mcp.server import build_server
 
 SECRET = "tok-SECRET-7f3a9c1e5b2d4680"
@@ -295,7 +295,7 @@ def delete_agents(emulator: Emulator) -> None:
     b = emulator.backend
     demo = next(u for u in b.users.values() if u.username == "demo")
     for ws in agents(emulator):
-        with contextlib.suppress(CoderError):  # as Coder, the emulator refuses while a build (the call's) is active
+        with contextlib.suppress(ErrorAnswer):  # as Coder, the emulator refuses while a build (the call's) is active
             b.create_build(demo, ws.id, {"transition": "delete"})
     b.clock.advance(30)
 

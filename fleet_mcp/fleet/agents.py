@@ -32,9 +32,10 @@ from .projects import Catalog
 from .reads import nothing, own_problem, prefetch, quietly
 from .rules import (
     FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
-    iso, paginate, valid_name,
+    paginate, valid_name,
 )
 from ..settings import Settings
+from ..times import iso
 from .status import (
     RUNNER_PROMPT_URI, Ready, Snapshot, Status, base_status, list_status, live_status, needs_attention, reported_task,
 )

@@ -90,7 +90,7 @@ class Lifecycle:
             raise bad_request(f"Project {template.name!r} has no role {role[:40]!r}.",
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
-                  **self._budgets(template, params, model, max_turns, max_cost_usd)}
+                  **self._runner_values(template, params, model, max_turns, max_cost_usd)}
         if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
             if self.fleet.runner_secret and not self._user_id:
                 self._user_id = (await fleet.client.me(deadline=deadline)).id
@@ -133,7 +133,7 @@ class Lifecycle:
                               field="autostop_minutes")
         return chosen * 60_000
 
-    def _budgets(self, template: Template, params: list[RichParameter], model: str | None, max_turns: int | None,
+    def _runner_values(self, template: Template, params: list[RichParameter], model: str | None, max_turns: int | None,
                  max_cost_usd: float | None) -> dict[str, str]:
         s = self.settings
         given = {MODEL: model, MAX_TURNS: max_turns, MAX_COST: max_cost_usd}

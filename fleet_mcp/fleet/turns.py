@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import posixpath
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from ..coder import errors as ce
@@ -20,7 +19,8 @@ from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
 from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
 from .reads import prefetch, quietly
-from .rules import PR_LINK, TASK, check_result_schema, check_text, iso
+from ..times import iso, now_iso
+from .rules import PR_LINK, TASK, check_result_schema, check_text
 from .status import Snapshot, live_status
 
 __all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]
@@ -63,7 +63,7 @@ class Turns:
         starting = live.state == "starting"  # the runner holds it until Claude Code is up
         queued = queued or starting
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
-                    created_at=_now())
+                    created_at=now_iso())
         said = (f"Task queued for agent {name!r}; it starts once Claude Code is up." if starting
                 else f"Task queued for agent {name!r}; it starts when the current turn ends." if queued
                 else f"Task sent to agent {name!r}.")
@@ -125,7 +125,7 @@ class Turns:
         said = next((s for s in statuses if s.state == "working" and s.message), None)
         interrupted = before.current_task or (said.message if said else "") or "Task"
         task = Task(message=f"{interrupted} - canceled", uri=said.uri if said else "", state="canceled",
-                    needs_user_attention=False, created_at=_now())
+                    needs_user_attention=False, created_at=now_iso())
         if after is not None:
             message = "Task canceled."
         elif seen:
@@ -344,7 +344,3 @@ def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answere
 
 def _queued(count: int) -> str:
     return "the queued task" if count == 1 else f"the first of the {count} queued tasks"
-
-
-def _now() -> str:
-    return iso(datetime.now(UTC)) or ""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import get_args
 
 from .background import Watch, offered
-from .budget import Meter
+from .rate import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
@@ -22,7 +22,8 @@ from .agents import Fleet, prompt, with_screen_prompt
 from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import own_problem, prefetch
-from .rules import FLEET_QUERY, iso, valid_name
+from ..times import iso
+from .rules import FLEET_QUERY, valid_name
 from .status import Snapshot, Status, list_status, live_status, reported_task
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
@@ -119,7 +120,7 @@ class Waits:
             if loop.time() < min(next_poll, ends):
                 continue  # woken to say progress: the listing is still young
             if self.meter.free_in() > max(0.0, ends - loop.time()):
-                continue  # no poll fits in this user's budget before the timeout: answer what was last seen
+                continue  # no poll fits in this user's rate share before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval, deadline=deadline)
 
