@@ -15,7 +15,8 @@ from ..drivers import (
 from ..errors import FleetError, bad_request, conflict, unavailable
 from ..deadlines import sooner
 from ..drivers.keys import SECRET_SETTING
-from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
+from .agents import Fleet, why_unreachable
+from .answers import prompt, with_screen_prompt
 from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
 from .reads import prefetch, quietly
