@@ -19,13 +19,13 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from processes import clean_env
-from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
+from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.runners.runtime import first_line
-from fleet_mcp.emulator.app import running
 from fleet_mcp.runner.store import Saved
+from tests.processes import clean_env
+from tests.support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 __all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "fleet_server", "needs_sdk", "runner_env",
            "runner_api", "runner_fleet", "runner_process", "scripted_api", "served"]

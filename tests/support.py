@@ -1,7 +1,7 @@
 """Helpers the tests share: tokens, clients to the emulator, the fleet's tools through MCP.
 
 Plain functions and classes (fixtures live in conftest.py), importable as
-`from support import ...` from any test module.
+`from tests.support import ...` from any test module.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from conformance import Conformance
 from fleet_mcp.emulator import Emulator
+from tests.conformance import Conformance
 
 TOKEN = "demo-token"
 ALICE_TOKEN = "demo-token-alice"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from support import asgi_request, create_workspace
-
 from fleet_mcp.emulator.control import AgentControl, ControlAPI
+from tests.support import asgi_request, create_workspace
 
 
 async def test_demo_seed(coder):

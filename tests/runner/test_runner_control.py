@@ -4,7 +4,8 @@ interrupt mid-turn, and a message that interrupts first. One runner for the modu
 from __future__ import annotations
 
 import pytest
-from runners import needs_sdk
+
+from tests.runners import needs_sdk
 
 pytestmark = [pytest.mark.system, needs_sdk]
 

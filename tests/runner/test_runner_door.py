@@ -7,13 +7,12 @@ import json
 import os
 import subprocess
 import sys
-
 from collections.abc import Iterator
 
 import pytest
-from runners import ScriptedAPI, needs_sdk, scripted_api
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
+from tests.runners import ScriptedAPI, needs_sdk, scripted_api
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"

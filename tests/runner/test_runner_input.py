@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from processes import clean_env
-from runners import needs_sdk
+
+from tests.processes import clean_env
+from tests.runners import needs_sdk
 
 pytestmark = pytest.mark.system
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from runners import runner_api
-from support import asgi_request
 
 from fleet_mcp.runner.app import BadRequest, RunnerAPI
 from fleet_mcp.runner.report import Reporter
@@ -15,6 +13,8 @@ from fleet_mcp.runner.session import Conversation
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.runner.store import PREVIEW_CHARS, Saved, Store
 from fleet_mcp.runner_wire import Changes, Message, Result
+from tests.runners import runner_api
+from tests.support import asgi_request
 
 AT = "2026-11-24T12:00:00.000Z"
 # The agent's own words, made to look like the runner's state, a permission prompt and a status mark.

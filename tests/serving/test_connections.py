@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import WAIT_S, clean_env, http_server
 
 from fleet_mcp.serving.connections import REFUSAL, ConnectionGuard, Throttled
+from tests.processes import WAIT_S, clean_env, http_server
 
 FLOOD = 500  # idle connections; the server's own soft limit starts at 256 and its cap is 100
 
@@ -156,7 +156,8 @@ async def test_the_cap_closes_the_longest_waiting_connection_and_refuses_when_al
 @pytest.mark.parametrize("secret_place", ["query", "header"])
 def test_no_token_or_session_id_in_the_logs(tmp_path, secret_place):
     import httpx
-    from processes import INIT, MCP_HEADERS
+
+    from tests.processes import INIT, MCP_HEADERS
 
     token = "Query-T0ken-Never-Logged"
     with http_server(tmp_path, env=clean_env(FLEET_MCP_AUTH_TOKEN=token)) as server:

@@ -22,7 +22,8 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, clean_env, cpu_seconds, emulator_process, http_server
+
+from tests.processes import SERVER, clean_env, cpu_seconds, emulator_process, http_server
 
 CLIENTS = 50
 CALLS = 40  # per client: four rounds of the ten calls of `Client.round`

@@ -9,7 +9,8 @@ import time
 
 import httpx
 import pytest
-from processes import INIT, MCP_HEADERS, WAIT_S, clean_env, http_server, rss_kb
+
+from tests.processes import INIT, MCP_HEADERS, WAIT_S, clean_env, http_server, rss_kb
 
 pytestmark = pytest.mark.system
 

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, clean_env, http_server
 
 from fleet_mcp.serving.run import GRACE_S
+from tests.processes import SERVER, WAIT_S, clean_env, http_server
 
 pytestmark = pytest.mark.system
 
@@ -208,7 +208,7 @@ def test_http_second_signal_stops_waiting(tmp_path):
 def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
     """SIGTERM while delete_agent has cancelled a build and waits for it: the delete build is still requested
     before the server exits (issue 17: a write is never left half done)."""
-    from processes import emulator_process
+    from tests.processes import emulator_process
 
     with emulator_process() as coder:
         control = httpx.Client(base_url=coder.url, headers={"Coder-Session-Token": coder.token}, timeout=10)

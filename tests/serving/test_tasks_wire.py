@@ -11,9 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import (MODERN, WAIT_S, Lines, clean_env, emulator_process, fleet_command, nginx_binary, nginx_process,
-                       per_user_server, stop)
-from support import ALICE_TOKEN, TOKEN, TasksClient, Tools
+
+from tests.processes import (
+    MODERN,
+    WAIT_S,
+    Lines,
+    clean_env,
+    emulator_process,
+    fleet_command,
+    nginx_binary,
+    nginx_process,
+    per_user_server,
+    stop,
+)
+from tests.support import ALICE_TOKEN, TOKEN, TasksClient, Tools
 
 pytestmark = pytest.mark.system
 

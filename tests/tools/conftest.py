@@ -1,4 +1,4 @@
 """The fault matrix's `rig` (one emulator on a socket, a fleet server per settings profile), found by pytest here
 for the matrix's three files; module-scoped, so each file builds its own."""
 
-from fault_matrix import rig  # noqa: F401 - a fixture, registered by being imported here
+from tests.fault_matrix import rig  # noqa: F401 - a fixture, registered by being imported here

@@ -8,9 +8,9 @@ test walks a whole story.
 from __future__ import annotations
 
 import pytest
-from runners import disk, needs_sdk, runner_fleet, served
 
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app, script_for
+from tests.runners import disk, needs_sdk, runner_fleet, served
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}

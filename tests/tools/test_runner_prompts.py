@@ -8,10 +8,10 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from runners import disk, needs_sdk, runner_fleet, served
 
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app, script_for
 from fleet_mcp.runner.prompts import digest_of
+from tests.runners import disk, needs_sdk, runner_fleet, served
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WAIT = {"timeout_s": 90}
