@@ -72,7 +72,7 @@ def check_each_schema_once() -> None:
             valid.add(key)
 
     check_schema.once = True  # type: ignore[attr-defined]
-    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign,assignment]
+    Draft202012Validator.check_schema = classmethod(check_schema)
 
 
 APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this

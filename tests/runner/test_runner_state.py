@@ -78,7 +78,7 @@ async def test_each_route_is_a_method_callable_alone(tmp_path):
     Store(settings.state_path).save(said(("user", "Go"), results=[finished("Go")]))
     api = RunnerAPI(Conversation(settings, Store(settings.state_path), Reporter(None, None, settings.app_slug)))
     answer = await api.result(asgi_request("GET", "/result"))
-    assert json.loads(answer.body)["result"]["task"] == "Go"
+    assert json.loads(bytes(answer.body))["result"]["task"] == "Go"
     with pytest.raises(BadRequest, match="content") as refused:
         await api.message(asgi_request("POST", "/message", {"content": " "}))
     assert (refused.value.status, refused.value.code) == (400, "bad_request")
