@@ -67,7 +67,7 @@ async def list_agents(status: str | None = None, project: str | None = None) -> 
     return ANSWER
 ''', '''import httpx
 
-from fleet_mcp.rules import FLEET_QUERY
+from fleet_mcp.fleet.rules import FLEET_QUERY
 
 CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
                           headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})

@@ -1,7 +1,8 @@
 """Each tool's overall deadline: its requests, their retries and its inner waits, all included.
 
 A tool answers within its deadline, whatever Coder does (gone, stalling, failing): reads retry within what
-is left of it, and a tool that runs out answers `unavailable` saying so. `specs/tools.md` lists them.
+is left of it, and a tool that runs out answers `unavailable` saying so. `specs/tools.md` lists them. A wait
+inside a call narrows the call's deadline to its own end with `sooner`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ from typing import Any
 
 from .settings import Settings
 
-__all__ = ["Deadline", "build", "cancel", "create", "deadline_of_a_read", "send", "wait"]
+__all__ = ["Deadline", "build", "cancel", "create", "deadline_of_a_read", "send", "sooner", "wait"]
 
 Deadline = Callable[[Settings, dict[str, Any]], float]
 MARGIN_S = 5.0
+
+
+def sooner(deadline: float | None, end: float) -> float:
+    """The earlier of a call's `deadline` (None: none) and `end`, both loop times."""
+    return end if deadline is None else min(deadline, end)
 
 
 def deadline_of_a_read(s: Settings, _: dict[str, Any]) -> float:

@@ -7,8 +7,9 @@ declares `fleet_mcp_managed`; a project is complete when that version declares
 all five fleet parameters, offers the roles `coder`, `operator` and `manager`
 (as presets, or, without role presets, as options of `fleet_mcp_role`), gives
 the marker the default "false", and gives its agent an app the fleet can drive:
-the runner's (`runner_app_slug`, default `fleet`; templates/fleet-agent) or
-AgentAPI's (`agentapi_app_slug`, default `ccw`; templates/fleet-agent-agentapi).
+the runner's (`runner_app_slug`, default `fleet`) or AgentAPI's
+(`agentapi_app_slug`, default `ccw`): templates/fleet-agent pushed with the
+variable `driver` = `runner` or `agentapi`.
 The report names each project's driver; a runner project without the optional
 model and budget parameters is complete with a warning (create_agent refuses
 model and budgets for it). Exit 0 when at least one project is complete, 1 when
@@ -31,7 +32,7 @@ from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
 from .serving.preflight import StartupError, check_coder, load_settings
 from .drivers.keys import SECRET_SETTING
 from .fleet.projects import roles_from
-from .rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
+from .fleet.rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
 from .settings import Settings
 
 T = TypeVar("T")
@@ -259,8 +260,9 @@ def _app(check: ProjectCheck, resources: list[WorkspaceResource], slugs: dict[st
     driver = next((kind for kind, slug in slugs.items() if slug in found), None)
     if driver is None:
         check.lacks.append(f"{wanted} on its agent (apps: {', '.join(found) or 'none'}); templates/fleet-agent "
-                           "declares the runner's, the claude-code module 4.x adds AgentAPI's with web_app = true; "
-                           "FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG name others")
+                           "with driver=runner declares the runner's, with driver=agentapi the "
+                           "claude-code module 4.x adds AgentAPI's; FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG "
+                           "name others")
         return
     check.driver, check.app = driver, slugs[driver]
     check.subdomain = any(app.subdomain for agent in agents for app in agent.apps if app.slug == check.app)
@@ -271,10 +273,12 @@ def _runner_parameters(check: ProjectCheck, declared: dict[str, RichParameter]) 
     missing = [name for name in RUNNER_PARAMETERS if name not in declared]
     if check.driver == RUNNER and RUNNER_KEY not in declared:
         check.lacks.append(f"parameter {RUNNER_KEY} (the runner's key, made by create_agent: without it the "
-                           "runner refuses every call of the fleet; templates/fleet-agent declares it)")
+                           "runner refuses every call of the fleet; templates/fleet-agent declares it with "
+                           "driver=runner)")
     if check.driver == RUNNER and missing:
         check.warnings.append(f"declares no {', '.join(missing)}: create_agent will refuse model, max_turns and "
-                              "max_cost_usd for this project (templates/fleet-agent declares all three)")
+                              "max_cost_usd for this project (templates/fleet-agent declares all three with "
+                              "driver=runner)")
     elif check.driver == AGENTAPI and len(missing) < len(RUNNER_PARAMETERS):
         check.warnings.append("declares the runner's model and budget parameters, but its agent runs AgentAPI, "
                               "which cannot apply them: create_agent would accept model and budgets that do nothing")

@@ -203,7 +203,7 @@ class Settings(BaseSettings):
         default=64, ge=1,
         description="with `--transport http`: open MCP sessions per client address at most, oldest idle ended first",
     )
-    # A service for a team (see fleet_mcp/serving/users.py): who acts in Coder, replicas, each user's share of Coder.
+    # A service for a team (see fleet_mcp/serving/tokens.py): who acts in Coder, replicas, each user's share of Coder.
     auth: Literal["token", "coder"] = Field(
         default="token",
         description=(

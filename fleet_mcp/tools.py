@@ -22,9 +22,9 @@ from .models import (
     AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
     Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
-from .rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
+from .fleet.rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
 from .fleet.turns import DIFF_PAGE_MAX, PATH_MAX, Turns
-from .serving.users import services_of
+from .serving.services import services_of
 from .fleet.waits import MAX_WAIT_S, Waits
 
 AgentName = Annotated[str, Field(description="The agent's name, as created")]

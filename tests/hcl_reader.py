@@ -1,4 +1,4 @@
-"""Reading the Coder templates in `templates/` (Terraform) with python-hcl2, for the tests that check them.
+"""Reading the Coder template in `templates/` (Terraform) with python-hcl2, for the tests that check them.
 
 Across versions python-hcl2 may keep the quotes of string literals and block
 labels, wrap expressions in `${…}`, keep heredocs raw (`<<-EOT … EOT`), and add
@@ -7,6 +7,7 @@ bookkeeping keys (`__is_block__`, `__comments__`). `load` removes all of that.
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from pathlib import Path
@@ -15,6 +16,9 @@ from typing import Any
 import hcl2
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+DRIVERS = ("runner", "agentapi")
+# A module's count that picks a driver: `var.driver == "<driver>" ? <count> : 0`.
+_PICKED = re.compile(r'var\.driver == "(\w+)" \? (.+) : 0')
 
 _HEREDOC = re.compile(r"\A<<(-?)([A-Za-z_][A-Za-z0-9_]*)\n(.*?)\n?[ \t]*\2[ \t]*\Z", re.DOTALL)
 
@@ -138,3 +142,74 @@ def validation(param: dict) -> dict:
 def parameter_ref(param: dict) -> str:
     """How the template refers to a parameter's value: `data.coder_parameter.<label>.value`."""
     return f"data.coder_parameter.{param['_label']}.value"
+
+
+@functools.cache
+def load_dir(path: Path) -> dict:
+    """Every `*.tf` of one module directory, as one document (python-hcl2 is slow: each is read once)."""
+    doc: dict = {}
+    for tf in sorted(path.glob("*.tf")):
+        for kind, blocks in load(tf).items():
+            doc.setdefault(kind, []).extend(as_list(blocks))
+    return doc
+
+
+def _inline(root: dict, call: dict, module: dict) -> None:
+    """A local module's blocks into `root`, its `var.x` replaced by what the call passes (else the default).
+
+    Checks what `terraform validate` would: the call passes only declared variables and every one without a
+    default; the module reads only declared variables.
+    """
+    declared = named(module, "variable")
+    passed = {k: v for k, v in call.items() if k not in ("source", "count", "version", "providers", "depends_on")}
+    assert set(passed) <= set(declared), f"{call['source']} declares no {sorted(set(passed) - set(declared))}"
+    missing = [n for n, v in declared.items() if "default" not in v and n not in passed]
+    assert not missing, f"{call['source']} needs {missing}"
+    values = {n: str(passed.get(n, declared[n].get("default"))) for n in declared}
+
+    def bind(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: bind(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [bind(v) for v in value]
+        if isinstance(value, str):
+            for name in re.findall(r"\bvar\.(\w+)", value):
+                assert name in values, f"{call['source']} reads undeclared var.{name}"
+            return re.sub(r"\bvar\.(\w+)", lambda m: values[m[1]], value)
+        return value
+
+    for kind, blocks in module.items():
+        if kind in ("variable", "output", "terraform"):
+            continue
+        for block in as_list(bind(blocks)):
+            if kind == "data":  # a data source the root reads the same way is the root's
+                known = labelled(root, "data")
+                block = {t: [{n: b for n, b in item.items() if known.get((t, n)) != b} for item in as_list(items)]
+                         for t, items in block.items()}
+                block = {t: items for t, items in block.items() if any(items)}
+                if not block:
+                    continue
+            root.setdefault(kind, []).append(block)
+
+
+@functools.cache
+def template(driver: str, path: Path = TEMPLATES / "fleet-agent") -> dict:
+    """The template as Coder builds it when pushed with `--variable driver=<driver>`: the root's blocks, the
+    blocks of each local module counted in for `driver` inlined, and the registry modules counted in (their
+    `count` the one the driver gives them). Modules counted in for another driver are left out. Read once per
+    process: callers only read it."""
+    assert driver in DRIVERS, driver
+    root = load_dir(path)
+    doc = {kind: list(blocks) for kind, blocks in root.items() if kind != "module"}
+    for name, call in named(root, "module").items():
+        picked = _PICKED.fullmatch(str(call.get("count", "")))
+        if picked and picked[1] not in DRIVERS:
+            raise AssertionError(f"module {name} is counted in for no driver: {call['count']}")
+        if picked and picked[1] != driver:
+            continue
+        call = {**call, "count": picked[2]} if picked else call
+        if call["source"].startswith("./"):
+            _inline(doc, call, load_dir(path / call["source"]))
+        else:
+            doc.setdefault("module", []).append({name: call})
+    return doc

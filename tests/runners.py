@@ -109,9 +109,10 @@ class ScriptedAPI:
     """The scripted Messages API on a socket, and what it has been asked."""
 
     url: str
+    client: httpx.Client  # one for every call: a new httpx client costs ~50 ms of CPU (its TLS context)
 
     def requests(self) -> list[dict]:
-        return httpx.get(f"{self.url}/requests", timeout=5).json()["requests"]
+        return self.client.get(f"{self.url}/requests").json()["requests"]
 
     def model_requests(self) -> list[dict]:
         """The conversation's own calls (those offering tools), oldest first."""
@@ -121,8 +122,8 @@ class ScriptedAPI:
 @contextmanager
 def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[ScriptedAPI]:
     """The scripted Messages API on a socket; `script` overrides its markers (see `messages_app`)."""
-    with served(messages_app(script)) as url:
-        yield ScriptedAPI(url)
+    with served(messages_app(script)) as url, httpx.Client(timeout=5) as client:
+        yield ScriptedAPI(url, client)
 
 
 @asynccontextmanager
@@ -160,6 +161,7 @@ class RunningRunner:
     proc: subprocess.Popen
     workdir: Path
     stderr: Path
+    client: httpx.Client  # one for every call: waits poll /state, and a new httpx client costs ~50 ms of CPU
     key: str = RUNNER_KEY
 
     @property
@@ -169,11 +171,11 @@ class RunningRunner:
 
     def get(self, path: str, **kwargs) -> httpx.Response:
         kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
-        return httpx.get(self.url + path, timeout=15, **kwargs)
+        return self.client.get(self.url + path, **kwargs)
 
     def post(self, path: str, body: dict | None = None, **kwargs) -> httpx.Response:
         kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
-        return httpx.post(self.url + path, json={} if body is None else body, timeout=15, **kwargs)
+        return self.client.post(self.url + path, json={} if body is None else body, **kwargs)
 
     def state(self) -> dict:
         return self.get("/state").json()
@@ -186,18 +188,25 @@ class RunningRunner:
 
     def wait_for(self, ready: Callable[[dict], bool], timeout: float = WAIT_S, what: str = "") -> dict:
         """Polls /state until `ready(state)`; fails with the last state and the log after `timeout`."""
-        deadline = time.monotonic() + timeout
+        deadline, pause = time.monotonic() + timeout, 0.02
         while True:
             state = self.state()
             if ready(state):
                 return state
             assert self.proc.poll() is None, f"the runner exited:\n{self.logs()}"
             assert time.monotonic() < deadline, f"waited {timeout} s for {what or 'state'}; last {state}\n{self.logs()}"
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.25)  # a poll costs both processes ~2 ms of CPU; a turn takes seconds
 
     def wait_turns(self, turns: int, timeout: float = WAIT_S) -> dict:
         """Waits until `turns` turns have finished and the runner is idle."""
         return self.wait_for(lambda s: s["turns"] >= turns and s["state"] == "idle", timeout, f"{turns} turn(s)")
+
+    def settle(self) -> dict:
+        """Interrupts a running turn (denying a pending prompt) and waits until idle with nothing queued."""
+        if self.state()["state"] in ("working", "needs_input"):
+            self.post("/interrupt")
+        return self.wait_for(lambda s: s["state"] == "idle" and s["queued"] == 0, what="idle, nothing queued")
 
     def logs(self) -> str:
         return self.stderr.read_text(errors="replace")
@@ -220,9 +229,10 @@ def runner_process(tmp_path: Path, messages_url: str, *args: str, workdir: Path 
     try:
         line = first_line(proc, WAIT_S)
         assert line.startswith("FLEET_RUNNER_URL="), f"no URL line (got {line!r}):\n{err.read_text()}"
-        running = RunningRunner(line.split("=", 1)[1], proc, workdir, err)
-        running.wait_for(lambda s: True, what="the API")
-        yield running
+        with httpx.Client(timeout=15) as client:
+            running = RunningRunner(line.split("=", 1)[1], proc, workdir, err, client)
+            running.wait_for(lambda s: True, what="the API")
+            yield running
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -54,6 +54,27 @@ def count_spawns() -> None:
     subprocess.Popen.__init__ = counted  # type: ignore[method-assign]
 
 
+def check_each_schema_once() -> None:
+    """The MCP client checks a tool's output schema against JSON Schema's metaschema in every session, before
+    its first call of that tool (12-40 ms a tool, more than the call); whether a schema is valid is the
+    schema's own property, so here it is checked once per distinct schema in a process (a failure each time)."""
+    from jsonschema.validators import Draft202012Validator
+
+    check = Draft202012Validator.check_schema
+    if getattr(check, "once", False):
+        return
+    valid: set[str] = set()
+
+    def check_schema(cls, schema, *args, **kwargs) -> None:
+        key = json.dumps(schema, sort_keys=True, default=repr)
+        if key not in valid:
+            check(schema, *args, **kwargs)
+            valid.add(key)
+
+    check_schema.once = True  # type: ignore[attr-defined]
+    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign,assignment]
+
+
 APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this
 
 
@@ -111,6 +132,19 @@ async def runner_agent(coder: httpx.AsyncClient, emulator: Emulator, name: str) 
     assert made.status_code == 201, made.text
     emulator.advance(30)
     return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+
+
+def asgi_request(method: str, path: str, body: dict | None = None, query: str = "",
+                 path_params: dict | None = None) -> Request:
+    """A Starlette request as a route handler is given it, for calling one handler alone (no app, no server)."""
+    raw = json.dumps(body).encode() if body is not None else b""
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    scope = {"type": "http", "method": method, "path": path, "query_string": query.encode(),
+             "headers": [(b"content-length", str(len(raw)).encode())], "path_params": path_params or {}}
+    return Request(scope, receive)
 
 
 def dumps(value) -> str:

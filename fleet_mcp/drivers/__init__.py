@@ -53,15 +53,12 @@ def same_reach(a: Driver | None, b: Driver | None) -> bool:
     return a is not None and b is not None and (a.kind, a.address) == (b.kind, b.address)
 
 
-def driver_for(client: CoderClient, ws: Workspace, slugs: Slugs, key: str | None = None,
-               locked: str | None = None) -> Driver | None:
-    """The driver for the agent of `ws`, or None when its agent offers neither app; `key` is the runner's
-    (from its build parameter `fleet_mcp_runner_key`, see `keys`), sent on every call to it; `locked`, why
-    the fleet holds no key for a runner that has one (each call then answers `Unreachable` with it)."""
-    agent, app = agent_and_app(ws, slugs)
-    if app is None:
-        return None
+def driver_for(client: CoderClient, ws: Workspace, agent: WorkspaceAgent | None, app: WorkspaceApp, kind: DriverKind,
+               key: str | None = None, locked: str | None = None) -> Driver:
+    """The driver of `kind` reaching `app` of `ws`'s `agent` (as `agent_and_app` found them); `key` is the
+    runner's (from its build parameter `fleet_mcp_runner_key`, see `keys`), sent on every call to it; `locked`,
+    why the fleet holds no key for a runner that has one (each call then answers `Unreachable` with it)."""
     address = App(ws.owner_name, ws.name, agent.name if agent else None, app.slug, app.subdomain, app.subdomain_name)
-    if app.slug == slugs.runner:
+    if kind == "runner":
         return RunnerDriver(client, address, key, locked)
     return AgentAPIDriver(client, address)

@@ -20,7 +20,7 @@ from .. import models
 from ..coder import errors as ce
 from ..coder.client import App, CoderClient
 from ..coder.lenient import LenientModel, Text, Timestamp
-from ..fleet.polling import sooner
+from ..deadlines import sooner
 from .base import (
     Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
     oversized,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from .builds import Builds
@@ -18,30 +17,28 @@ from ..coder import errors as ce
 from ..coder.client import CoderClient
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
-    Driver, DriverError, Live, Message, Pending, Slugs, Unkeyed, Unreachable, agent_and_app, driver_app, driver_for,
-    same_reach, screen_prompt,
+    Driver, DriverError, Live, Message, Slugs, Unkeyed, Unreachable, driver_app, driver_for, same_reach,
 )
 from ..drivers.keys import SECRET_SETTING, KeyProblem, key_of
 from ..errors import FleetError, bad_request, not_found, unavailable
 from ..models import (
-    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
-    Projects, Roles, ShownAgent, Task, TaskHistory,
+    AgentList, AgentLog, AgentSummary, LogMessage, Projects, Roles, ShownAgent, Task, TaskHistory,
 )
+from .answers import agent_answer, facts, last_activity, with_screen_prompt
 from .asks import confirmed_all
 from .projects import Catalog
 from .reads import nothing, own_problem, prefetch, quietly
-from ..rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
-    iso, paginate, valid_name,
+from .rules import (
+    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, RUNNER_KEY, TASK,
+    paginate, valid_name,
 )
 from ..settings import Settings
+from ..times import iso
 from .status import (
-    RUNNER_PROMPT_URI, Ready, Snapshot, Status, app_statuses, base_status, fresh_app_status, list_status,
-    live_status, needs_attention,
+    RUNNER_PROMPT_URI, Ready, Snapshot, base_status, list_status, live_status, needs_attention, reported_task,
 )
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "reported_task", "why_unreachable",
-           "with_screen_prompt"]
+__all__ = ["Fleet", "why_unreachable"]
 
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
 READY_KEPT = 1_000  # agents whose driver is remembered between reads
@@ -106,25 +103,28 @@ class Fleet:
         ws = await self.workspace(name, deadline=deadline)
         return ws, await self.params(ws, deadline=deadline)
 
-    def driver(self, ws: Workspace) -> Driver | None:
+    def driver(self, ws: Workspace | Snapshot) -> Driver | None:
         """The driver of a workspace whose agent is up, else None. A runner's key is a build parameter: read
         `params` (or use `keyed_driver`) first, or its calls go without it and are refused."""
-        return self._driver_of(ws) if isinstance(base_status(ws, self.slugs), Ready) else None
+        snap = ws if isinstance(ws, Snapshot) else Snapshot.of(ws, self.slugs)
+        return self._driver_of(snap) if isinstance(base_status(snap), Ready) else None
 
-    def _driver_of(self, ws: Workspace) -> Driver | None:
+    def _driver_of(self, snap: Snapshot) -> Driver | None:
+        ws, app = snap.workspace, snap.app
+        if app is None or snap.kind is None:
+            return None
         key, locked = key_of(self._params.get(ws.latest_build.id, {}).get(RUNNER_KEY), self.runner_secret,
                              ws.owner_id)
-        return driver_for(self.client, ws, self.slugs, key=key, locked=locked)
+        return driver_for(self.client, ws, snap.agent, app, snap.kind, key=key, locked=locked)
 
-    def _runner_unkeyed(self, ws: Workspace) -> bool:
-        _, app = agent_and_app(ws, self.slugs)
-        return app is not None and app.slug == self.slugs.runner and ws.latest_build.id not in self._params
+    def _runner_unkeyed(self, snap: Snapshot) -> bool:
+        return snap.kind == "runner" and snap.workspace.latest_build.id not in self._params
 
-    async def keyed_driver(self, ws: Workspace, *, deadline: float | None) -> Driver | None:
+    async def keyed_driver(self, snap: Snapshot, *, deadline: float | None) -> Driver | None:
         """`driver`, with the runner's key read first where it is not known yet (one request per build)."""
-        if self._runner_unkeyed(ws):
-            await self.params(ws, deadline=deadline)
-        return self.driver(ws)
+        if self._runner_unkeyed(snap):
+            await self.params(snap.workspace, deadline=deadline)
+        return self.driver(snap)
 
     def remember(self, name: str, driver: Driver | None) -> None:
         """What a fleet agent was last seen to be reached by (None: not ready), so the next read of it can ask
@@ -158,10 +158,11 @@ class Fleet:
             "conversation": quietly(known.conversation(deadline=deadline)) if conversation else nothing()}
         with prefetch(early) as begun:
             ws = await self.workspace(name, deadline=deadline)
-            if self._runner_unkeyed(ws):
+            seen = Snapshot.of(ws, self.slugs)
+            if self._runner_unkeyed(seen):
                 await self.params(ws, deadline=deadline)  # the runner's key is a build parameter: read first
-            driver = self._driver_of(ws)
-            ready = driver if isinstance(base_status(ws, self.slugs), Ready) else None
+            driver = self._driver_of(seen)
+            ready = driver if isinstance(base_status(seen), Ready) else None
             if begun and same_reach(known, ready):
                 reads: tuple[Awaitable[Any], ...] = (begun["live"], begun["conversation"])
             else:
@@ -169,13 +170,13 @@ class Fleet:
                          quietly(ready.conversation(deadline=deadline)) if ready and conversation else nothing())
             params, (live, unreachable), messages = await asyncio.gather(self.params(ws, deadline=deadline), *reads)
             self.remember(ws.name, ready)
-            return Snapshot(ws, params, live, unreachable, driver), messages
+            return replace(seen, params=params, live=live, unreachable=unreachable, driver=driver), messages
 
     def not_ready(self, snap: Snapshot, what: str = "not ready for work") -> FleetError:
         if isinstance(snap.unreachable, KeyProblem):  # this server's setting, not the agent: say which
             return unavailable(f"Agent {snap.workspace.name!r} cannot be reached by this server: {snap.unreachable}",
                                setting=SECRET_SETTING)
-        status = live_status(snap, self.slugs)
+        status = live_status(snap)
         hint = " start_agent starts it again." if status.value in ("stopped", "canceled") else ""
         return bad_request(f"Agent {snap.workspace.name!r} is {status.value}, {what}."
                            + (f" {status.problem}" if status.problem else "") + hint, status=status.value)
@@ -186,7 +187,7 @@ class Fleet:
         driver = self.driver(ws)  # `find` read the parameters, the runner's key among them
         live, unreachable = await self.live(driver, deadline=deadline)
         if driver is None or live is None:
-            raise self.not_ready(Snapshot(ws, params, live, unreachable))
+            raise self.not_ready(Snapshot.of(ws, self.slugs, params, live, unreachable))
         return ws, driver, live
 
     # --- describing -------------------------------------------------------------------
@@ -200,10 +201,11 @@ class Fleet:
                   if not project or project.lower() in (ws.template_name.lower(), ws.template_display_name.lower())]
         del page
         # A runner's prompt, and whether one waits, come from the runner, never from the listing's mark (asks.py).
-        marked = [(ws, list_status(ws, self.slugs)) for ws, s in listed
-                  if s.status == "needs_input" and s.status_source == "app status"]
-        now = {ws.id: found for (ws, _), found in zip(marked, await confirmed_all(self, marked, deadline=deadline),
-                                                       strict=True)}
+        seen = [Snapshot.of(ws, self.slugs) for ws, s in listed
+                if s.status == "needs_input" and s.status_source == "app status"]
+        marked = [(snap, list_status(snap)) for snap in seen]
+        now = {snap.workspace.id: found for (snap, _), found in zip(
+            marked, await confirmed_all(self, marked, deadline=deadline), strict=True)}
         agents = [s.model_copy(update=facts(now[ws.id])) if ws.id in now else s for ws, s in listed]
         agents = [s for s in agents if not status or s.status == status]
         return AgentList(agents=agents, total_count=len(agents))
@@ -211,11 +213,12 @@ class Fleet:
     def _summary(self, ws: Workspace) -> AgentSummary:
         where = ws.latest_build.status or "pending"
         try:
-            task = reported_task(ws, self.slugs) or self._params.get(ws.latest_build.id, {}).get(TASK)
+            seen = Snapshot.of(ws, self.slugs)
+            task = reported_task(seen) or self._params.get(ws.latest_build.id, {}).get(TASK)
             return AgentSummary(name=ws.name, project=ws.template_name, workspace_status=where,
                                 last_activity_at=iso(last_activity(ws)),
                                 current_task=task[:LIST_TASK_CHARS] if task else None,
-                                **facts(list_status(ws, self.slugs)))
+                                **facts(list_status(seen)))
         except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the list
             return AgentSummary(name=ws.name, project=ws.template_name, status="unknown", workspace_status=where,
                                 status_source="app status", current_task=None,
@@ -225,12 +228,12 @@ class Fleet:
         """The agent now: one snapshot (with its driver), its app statuses, and, when it failed or is offline
         while its workspace runs, what its program itself reported."""
         snap, messages = await self.snapshot(name, conversation=True, deadline=deadline)
-        status = with_screen_prompt(live_status(snap, self.slugs), snap.driver, messages)
+        status = with_screen_prompt(live_status(snap), snap.driver, messages)
         problem = await self._with_reported_errors(snap, status.problem, deadline) if (
             status.value in ("failed", "offline") and snap.workspace.latest_build.status == "running") else None
         statuses = await self.statuses(snap.workspace, deadline=deadline)
         asked = next((m.content for m in reversed(messages or []) if m.role == "user"), None) if snap.live else None
-        current = asked or reported_task(snap.workspace, self.slugs) or snap.params.get(TASK) or None
+        current = asked or reported_task(snap) or snap.params.get(TASK) or None
         return ShownAgent(agent=agent_answer(snap.workspace, snap.params, status, current, statuses, problem=problem,
                                              driver=snap.driver, live=snap.live))
 
@@ -289,70 +292,9 @@ class Fleet:
         return AgentLog(messages=items, total_count=len(newest_first), page=page, page_size=size, total_pages=pages)
 
 
-def reported_task(ws: Workspace, slugs: Slugs) -> str | None:
-    """What the agent last said it works on: its newest `working` report of this build (the runner reports
-    each task's first line as it takes it up; on AgentAPI, Claude Code's own words), not how a turn ended."""
-    app, statuses = app_statuses(ws, slugs)
-    if app is None or not app.statuses:  # a listing without per-app history: its newest report only
-        statuses = [fresh] if (fresh := fresh_app_status(ws)) else []
-    return next((s.message for s in statuses if s.state == "working" and s.message), None)
-
-
 def _ends_same_turn(statuses: list[WorkspaceAppStatus], i: int) -> bool:
     """An `idle` repeating the `complete` or `failure` just before it: one turn's end, told twice (so the
     agent's reporter says the agent waits), shown once."""
     status, older = statuses[i], statuses[i + 1] if i + 1 < len(statuses) else None
     return (status.state == "idle" and older is not None and older.state in ("complete", "failure")
             and (status.message, status.uri) == (older.message, older.uri))
-
-
-def last_activity(ws: Workspace) -> datetime | None:
-    """When the agent last reported anything, or else when its workspace last changed."""
-    times = [t for t in (ws.latest_app_status.created_at if ws.latest_app_status else None,
-                         ws.latest_build.updated_at, ws.latest_build.created_at) if t]
-    return max(times) if times else None
-
-
-def facts(status: Status) -> dict[str, Any]:
-    """The status fields every answer about an agent carries."""
-    return {"status": status.value, "status_source": status.source, "status_since": iso(status.since),
-            "last_turn": status.last_turn, "last_turn_error": status.last_turn_error,
-            "pending": prompt(status.pending) if status.value == "needs_input" else None}
-
-
-def prompt(pending: Pending | None) -> PendingPrompt | None:
-    """A pending prompt as the tools show it."""
-    if pending is None:
-        return None
-    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.input,
-                         input_truncated=pending.truncated, input_chars=pending.chars, digest=pending.digest,
-                         summary=pending.summary, asked_at=iso(pending.since))
-
-
-def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:
-    """An AgentAPI agent in needs_input, with the prompt its screen shows (named by the screen's digest)."""
-    known = status.pending is not None and status.pending.id is not None
-    if status.value != "needs_input" or known or driver is None or driver.kind != "agentapi":
-        return status
-    shown = screen_prompt(messages or [])
-    return replace(status, pending=shown) if shown else status
-
-
-def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current: str | None,
-                 statuses: list[WorkspaceAppStatus], *, problem: str | None = None, driver: Driver | None = None,
-                 live: Live | None = None) -> Agent:
-    """The answer about one agent, built in this one place (`problem`: the status's own when not given)."""
-    pr = next((s.uri for s in statuses if s.uri and PR_LINK.match(s.uri)), None)
-    project = params.get(PROJECT) or ws.template_name
-    model = params.get(MODEL) or (live.model if live else None) or None
-    return Agent(
-        name=ws.name, workspace_id=ws.id, workspace_status=ws.latest_build.status, role=params.get(ROLE, ""),
-        project=project, spec=params.get(SPEC, ""), current_task=current, created_at=iso(ws.created_at) or "",
-        updated_at=iso(ws.updated_at or ws.created_at) or "", **facts(status),
-        problem=problem if problem is not None else status.problem,
-        driver=driver.kind if driver else None,
-        model=model, total_cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
-        last_activity_at=iso(last_activity(ws)),
-        metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,
-                          fleet_mcp_agent_spec=params.get(SPEC, ""), fleet_mcp_current_task=current,
-                          fleet_mcp_pull_request_url=pr, fleet_mcp_model=params.get(MODEL) or None))

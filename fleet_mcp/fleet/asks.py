@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..coder.schemas import Workspace
-from ..drivers import agent_and_app
 from .status import Snapshot, Status, live_status
 
 if TYPE_CHECKING:
@@ -24,34 +23,31 @@ __all__ = ["CONFIRMED_MAX", "confirmed", "confirmed_all"]
 CONFIRMED_MAX = 50  # runners asked per list or poll; beyond, a marked prompt is shown without its input
 
 
-def _marked(fleet: Fleet, ws: Workspace, status: Status) -> bool:
+def _marked(snap: Snapshot, status: Status) -> bool:
     """A runner agent whose needs_input was read from its app status (the mark), not from the runner."""
-    if status.value != "needs_input" or status.source != "app status":
-        return False
-    _, app = agent_and_app(ws, fleet.slugs)
-    return app is not None and app.slug == fleet.slugs.runner
+    return status.value == "needs_input" and status.source == "app status" and snap.kind == "runner"
 
 
-async def confirmed(fleet: Fleet, ws: Workspace, status: Status, *, deadline: float | None) -> Status:
-    """`status` of `ws` from a listing; for a runner agent marked needs_input, its status as its runner says
+async def confirmed(fleet: Fleet, snap: Snapshot, status: Status, *, deadline: float | None) -> Status:
+    """`status` of `snap` from a listing; for a runner agent marked needs_input, its status as its runner says
     it (the prompt whole, or busy or idle when none waits). Unreachable: the mark's status, the prompt's input
     unknown (None)."""
-    if not _marked(fleet, ws, status):
+    if not _marked(snap, status):
         return status
     try:
-        driver = await fleet.keyed_driver(ws, deadline=deadline)
+        driver = await fleet.keyed_driver(snap, deadline=deadline)
         live, unreachable = await fleet.live(driver, deadline=deadline)
     except Exception:  # noqa: BLE001 - whatever its runner answered is this agent's, never the list's
         return status
     if live is None:
         return status
-    return live_status(Snapshot(ws, {}, live, unreachable), fleet.slugs)
+    return live_status(replace(snap, live=live, unreachable=unreachable))
 
 
-async def confirmed_all(fleet: Fleet, found: Sequence[tuple[Workspace, Status]], *,
+async def confirmed_all(fleet: Fleet, found: Sequence[tuple[Snapshot, Status]], *,
                         deadline: float | None) -> list[Status]:
-    """`confirmed` for each (workspace, status), side by side, at most CONFIRMED_MAX runners asked."""
-    marked = [i for i, (ws, status) in enumerate(found) if _marked(fleet, ws, status)][:CONFIRMED_MAX]
+    """`confirmed` for each (snapshot, status), side by side, at most CONFIRMED_MAX runners asked."""
+    marked = [i for i, (snap, status) in enumerate(found) if _marked(snap, status)][:CONFIRMED_MAX]
     statuses = [status for _, status in found]
     for i, status in zip(marked, await asyncio.gather(
             *(confirmed(fleet, found[i][0], found[i][1], deadline=deadline) for i in marked)), strict=True):

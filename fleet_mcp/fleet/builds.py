@@ -13,7 +13,7 @@ from ..coder.client import CoderClient, Transition
 from ..coder.schemas import Workspace
 from ..errors import FleetError, conflict, unavailable
 from .polling import poll_until
-from ..rules import BUILD_ACTIVE, MANAGED, PROJECT, ROLE, SPEC
+from .rules import BUILD_ACTIVE, MANAGED, PROJECT, ROLE, SPEC
 from ..settings import Settings
 
 __all__ = ["Builds"]

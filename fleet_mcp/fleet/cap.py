@@ -41,7 +41,7 @@ from ..coder.client import CoderClient
 from ..coder.schemas import Workspace
 from ..errors import FleetError, conflict, unavailable
 from .polling import poll_until
-from ..rules import FLEET_QUERY
+from .rules import FLEET_QUERY
 from ..settings import Settings
 
 __all__ = ["HELD_S", "Cap", "Headcount", "Tally", "counts"]

@@ -14,14 +14,15 @@ from ..coder.client import Transition
 from ..coder.schemas import RichParameter, Template, Workspace
 from ..drivers.keys import new_parameter
 from ..errors import FleetError, bad_request, unexpected
-from .agents import Fleet, agent_answer
+from .agents import Fleet
+from .answers import agent_answer
 from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .reads import settle
-from ..rules import (
+from .rules import (
     MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
     check_name, check_result_schema, check_text, valid_name,
 )
-from .status import list_status
+from .status import Snapshot, list_status
 
 __all__ = ["Lifecycle"]
 
@@ -90,7 +91,7 @@ class Lifecycle:
             raise bad_request(f"Project {template.name!r} has no role {role[:40]!r}.",
                               roles=[c.role.name for c in choices])
         values = {MANAGED: "true", ROLE: role, PROJECT: template.name, SPEC: spec, TASK: spec,
-                  **self._budgets(template, params, model, max_turns, max_cost_usd)}
+                  **self._runner_values(template, params, model, max_turns, max_cost_usd)}
         if any(p.name == RUNNER_KEY for p in params):  # the runner's door: a key of its own per agent
             if self.fleet.runner_secret and not self._user_id:
                 self._user_id = (await fleet.client.me(deadline=deadline)).id
@@ -113,7 +114,7 @@ class Lifecycle:
             return None
         await self.cap.confirm(ws, deadline=deadline)  # a concurrent create (any replica) may have taken the last place
         # What list_agents says of it in the same moment (pending while its build is queued): one status a moment.
-        agent = agent_answer(ws, values, list_status(ws, fleet.slugs), spec, [])
+        agent = agent_answer(ws, values, list_status(Snapshot.of(ws, fleet.slugs)), spec, [])
         agent.workspace_status = ws.latest_build.status or "pending"
         return CreatedAgent(agent=agent, message=f"Agent {name!r} created; its workspace is being built and it "
                             "starts on its spec as soon as it is up.")
@@ -133,7 +134,7 @@ class Lifecycle:
                               field="autostop_minutes")
         return chosen * 60_000
 
-    def _budgets(self, template: Template, params: list[RichParameter], model: str | None, max_turns: int | None,
+    def _runner_values(self, template: Template, params: list[RichParameter], model: str | None, max_turns: int | None,
                  max_cost_usd: float | None) -> dict[str, str]:
         s = self.settings
         given = {MODEL: model, MAX_TURNS: max_turns, MAX_COST: max_cost_usd}

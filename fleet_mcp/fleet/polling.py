@@ -3,10 +3,11 @@
 A deadline is a loop time (`asyncio.get_running_loop().time()`) by which a call must be over, or None for
 none. It is passed explicitly, as a plain `deadline: float | None` keyword, from where it is known (the
 tool's wrapper, `within`) down every fleet and driver method that makes requests, to the Coder client's
-request methods, whose retries never run past it. A wait narrows it for what it does inside (`sooner`):
-each probe of `poll_until` receives the deadline it must be over by. A plain value rather than a context
-variable: what bounds a request can be read at its call site, and a read begun early (prefetched, shared
-by several callers) carries the deadline of the call that began it, not whatever is current when it runs.
+request methods, whose retries never run past it. A wait narrows it for what it does inside
+(`deadlines.sooner`): each probe of `poll_until` receives the deadline it must be over by. A plain value
+rather than a context variable: what bounds a request can be read at its call site, and a read begun early
+(prefetched, shared by several callers) carries the deadline of the call that began it, not whatever is current
+when it runs.
 """
 
 from __future__ import annotations
@@ -17,19 +18,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
+from ..deadlines import sooner
 from ..errors import unavailable
 
-__all__ = ["last_probe_s", "poll_until", "sooner", "within"]
+__all__ = ["last_probe_s", "poll_until", "within"]
 
 T = TypeVar("T")
 
 HURRIED_INTERVAL_S = 0.1
 LAST_PROBE_S = 1.0  # the most the last probe, the one at the deadline, is given
-
-
-def sooner(deadline: float | None, end: float) -> float:
-    """The earlier of a call's `deadline` (None: none) and `end`, both loop times."""
-    return end if deadline is None else min(deadline, end)
 
 
 def last_probe_s(interval_s: float) -> float:

@@ -21,7 +21,7 @@ from ..coder.client import CoderClient
 from ..coder.schemas import Preset, RichParameter, Template
 from ..errors import bad_request, not_found
 from ..models import Project, Projects, Role, Roles
-from ..rules import FLEET_PARAMETERS, ROLE
+from .rules import FLEET_PARAMETERS, ROLE
 
 __all__ = ["Catalog", "RoleChoice", "roles_from"]
 

@@ -15,13 +15,13 @@ from typing import Final, Literal
 from urllib.parse import parse_qs
 
 from ..coder.lenient import parse_timestamp
-from ..coder.schemas import Workspace, WorkspaceApp, WorkspaceAppStatus
-from ..drivers import Driver, Live, Pending, Slugs, agent_and_app
+from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp, WorkspaceAppStatus
+from ..drivers import Driver, DriverKind, Live, Pending, Slugs, agent_and_app
 from ..models import AgentStatus, LastTurn, StatusSource
 
 __all__ = [
     "READY", "RUNNER_PROMPT_URI", "Ready", "Snapshot", "Status", "app_statuses", "base_status", "fresh_app_status",
-    "list_status", "live_status", "needs_attention", "runner_prompt", "turn_status", "waits_for",
+    "list_status", "live_status", "needs_attention", "reported_task", "runner_prompt", "turn_status", "waits_for",
 ]
 
 READY: Final = "ready"  # base_status's word for "the driver decides"
@@ -64,29 +64,48 @@ class Ready:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One agent as gathered for a call: the workspace, its build parameters, its driver and the driver's answer."""
+    """One agent as gathered for a call: the workspace, its workspace agent and the driver app that agent offers
+    (found once, by `of`), its build parameters, its driver and the driver's answer. A list's snapshot is the
+    workspace alone."""
 
     workspace: Workspace
+    slugs: Slugs
+    agent: WorkspaceAgent | None
+    app: WorkspaceApp | None
     params: dict[str, str] = field(default_factory=dict)
     live: Live | None = None
     unreachable: str | None = None  # why the driver could not be asked, when it could not
     driver: Driver | None = None  # how its agent's program is reached (asked only while the workspace is ready)
 
+    @classmethod
+    def of(cls, ws: Workspace, slugs: Slugs, params: dict[str, str] | None = None, live: Live | None = None,
+           unreachable: str | None = None) -> Snapshot:
+        """The snapshot of `ws`: its first workspace agent and that agent's runner or AgentAPI app."""
+        agent, app = agent_and_app(ws, slugs)
+        return cls(ws, slugs, agent, app, params or {}, live, unreachable)
 
-def base_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
+    @property
+    def kind(self) -> DriverKind | None:
+        """Which program its app runs, by the app's slug; None when it has neither app."""
+        if self.app is None:
+            return None
+        return "runner" if self.app.slug == self.slugs.runner else "agentapi"
+
+
+def base_status(snap: Snapshot) -> Status | Ready:
     """The status from the build, the workspace agent and the app alone; `Ready` when the turn decides.
     A new agent holds its spec from the moment it is created: `busy` while its workspace is still being built
     (the contract: create answers busy); `pending` and `starting` are for workspaces with no work waiting."""
-    found = _built_status(ws, slugs)
-    build = ws.latest_build
+    found = _built_status(snap)
+    build = snap.workspace.latest_build
     if isinstance(found, Status) and found.value in ("pending", "starting") and build.transition == "start" \
             and build.build_number <= 1:
         return replace(found, value="busy")
     return found
 
 
-def _built_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
-    build = ws.latest_build
+def _built_status(snap: Snapshot) -> Status | Ready:
+    build, agent, app, slugs = snap.workspace.latest_build, snap.agent, snap.app, snap.slugs
     built_since = build.updated_at or build.created_at
     if build.transition == "delete" and build.status in _ACTIVE_BUILD:
         return Status("deleting", since=built_since)
@@ -97,7 +116,6 @@ def _built_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
         return Status("stopping" if build.transition == "stop" else "starting", since=built_since)
     if build.status != "running":
         return Status(_BUILD_STATUS.get(build.status, "unknown"), since=built_since)
-    agent, app = agent_and_app(ws, slugs)
     if agent is None:
         return Status("starting", since=built_since)
     if agent.status == "connecting" or agent.lifecycle_state in ("created", "starting", ""):
@@ -114,7 +132,7 @@ def _built_status(ws: Workspace, slugs: Slugs) -> Status | Ready:
     if app.health == "initializing":
         return Status("starting", source="workspace agent", since=built_since)
     if app.health == "unhealthy":
-        program = "The runner" if app.slug == slugs.runner else "AgentAPI"
+        program = "The runner" if snap.kind == "runner" else "AgentAPI"
         return Status("offline", f"{program} (app {app.slug!r}) does not answer its health check.",
                       "workspace agent", built_since)
     return Ready(since=built_since)
@@ -132,13 +150,21 @@ def fresh_app_status(ws: Workspace) -> WorkspaceAppStatus | None:
     return status
 
 
-def app_statuses(ws: Workspace, slugs: Slugs) -> tuple[WorkspaceApp | None, list[WorkspaceAppStatus]]:
-    """The driver app and its statuses of the current build, newest first."""
-    _, app = agent_and_app(ws, slugs)
-    if app is None:
-        return None, []
-    build = ws.latest_build.created_at
-    return app, [s for s in app.statuses if not (build and s.created_at and not s.created_at > build)]
+def app_statuses(snap: Snapshot) -> list[WorkspaceAppStatus]:
+    """The driver app's statuses of the current build, newest first."""
+    if snap.app is None:
+        return []
+    build = snap.workspace.latest_build.created_at
+    return [s for s in snap.app.statuses if not (build and s.created_at and not s.created_at > build)]
+
+
+def reported_task(snap: Snapshot) -> str | None:
+    """What the agent last said it works on: its newest `working` report of this build (the runner reports
+    each task's first line as it takes it up; on AgentAPI, Claude Code's own words), not how a turn ended."""
+    statuses = app_statuses(snap)
+    if snap.app is None or not snap.app.statuses:  # a listing without per-app history: its newest report only
+        statuses = [fresh] if (fresh := fresh_app_status(snap.workspace)) else []
+    return next((s.message for s in statuses if s.state == "working" and s.message), None)
 
 
 def runner_prompt(status: WorkspaceAppStatus) -> Pending | None:
@@ -194,14 +220,15 @@ def turn_status(statuses: list[WorkspaceAppStatus], runner: bool) -> Status:
     return Status("idle", source="app status", since=latest.created_at, last_turn=ended, last_turn_error=error)
 
 
-def list_status(ws: Workspace, slugs: Slugs) -> Status:
+def list_status(snap: Snapshot) -> Status:
     """The status a list shows, from the workspace alone."""
-    base = base_status(ws, slugs)
+    base = base_status(snap)
     if not isinstance(base, Ready):
         return base
+    ws, app = snap.workspace, snap.app
     if not ws.sends_app_statuses:
         return Status("unknown", UNREPORTED, "no app statuses", base.since)
-    app, statuses = app_statuses(ws, slugs)
+    statuses = app_statuses(snap)
     if app is not None and not app.statuses and (fresh := fresh_app_status(ws)) is not None:
         statuses = [fresh]  # a listing without per-app history
     if not statuses and ws.latest_build.build_number <= 1:
@@ -211,19 +238,19 @@ def list_status(ws: Workspace, slugs: Slugs) -> Status:
         # Restarted: its program reports once Claude Code is up again (AgentAPI's replay, the runner's ready);
         # until then a task would only wait, so it is not idle yet.
         return Status("starting", source="app status", since=base.since)
-    return turn_status(statuses, runner=app is not None and app.slug == slugs.runner)
+    return turn_status(statuses, runner=snap.kind == "runner")
 
 
-def live_status(snap: Snapshot, slugs: Slugs) -> Status:
+def live_status(snap: Snapshot) -> Status:
     """The status of one agent whose driver was asked: the driver says busy or not, app statuses say how
     the last turn ended (and, on AgentAPI, whether a prompt waits)."""
-    base = base_status(snap.workspace, slugs)
+    base = base_status(snap)
     if not isinstance(base, Ready):
         return base
     live = snap.live
     if live is None:
         return Status("offline", snap.unreachable, base.source, base.since)
-    turn = list_status(snap.workspace, slugs)
+    turn = list_status(snap)
     if turn.value == "unknown":  # the driver answers what the listing could not; how the last turn ended stays unknown
         turn = Status("idle", source="driver", since=live.since)
     if live.state == "starting":  # the runner is (re)connecting to Claude Code; work it holds waits for it
@@ -235,8 +262,7 @@ def live_status(snap: Snapshot, slugs: Slugs) -> Status:
                       live.pending.since if live.pending else live.since, pending=live.pending)
     if live.state == "error":
         return Status("failed", live.error or "The agent's program reported an error.", "driver", live.since)
-    _, app = agent_and_app(snap.workspace, slugs)
-    runner = app is not None and app.slug == slugs.runner
+    runner = snap.kind == "runner"
     if turn.value in ("busy", "starting") or (turn.value == "needs_input" and runner):
         # The reporter lags behind the driver: the turn is over, the prompt answered, the program up. (AgentAPI's
         # `stable` cannot tell a prompt on its screen from a finished turn: there the reports decide.)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import posixpath
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from ..coder import errors as ce
@@ -14,12 +13,15 @@ from ..drivers import (
     StalePrompt, TurnResult, Unkeyed, Unreachable, same_reach, screen_prompt,
 )
 from ..errors import FleetError, bad_request, conflict, unavailable
+from ..deadlines import sooner
 from ..drivers.keys import SECRET_SETTING
-from .agents import Fleet, prompt, why_unreachable, with_screen_prompt
+from .agents import Fleet, why_unreachable
+from .answers import prompt, with_screen_prompt
 from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
-from .polling import poll_until, sooner
+from .polling import poll_until
 from .reads import prefetch, quietly
-from ..rules import PR_LINK, TASK, check_result_schema, check_text, iso
+from ..times import iso, now_iso
+from .rules import PR_LINK, TASK, check_result_schema, check_text
 from .status import Snapshot, live_status
 
 __all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]
@@ -62,7 +64,7 @@ class Turns:
         starting = live.state == "starting"  # the runner holds it until Claude Code is up
         queued = queued or starting
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,
-                    created_at=_now())
+                    created_at=now_iso())
         said = (f"Task queued for agent {name!r}; it starts once Claude Code is up." if starting
                 else f"Task queued for agent {name!r}; it starts when the current turn ends." if queued
                 else f"Task sent to agent {name!r}.")
@@ -84,7 +86,7 @@ class Turns:
             raise unavailable(f"Agent {name!r} did not say within {wait:g} s whether it is working; no interrupt "
                               "was sent. Try again.", interrupt_delivered=False) from None
         if driver is None or before is None:
-            raise fleet.not_ready(Snapshot(ws, params, before, unreachable))
+            raise fleet.not_ready(Snapshot.of(ws, fleet.slugs, params, before, unreachable))
         if before.state not in ("working", "needs_input") and before.can_interrupt:
             raise bad_request(f"Agent {name!r} is idle: there is no running task to cancel.", status="idle")
         lost: str | None = None  # why the interrupt's answer was lost, if it was
@@ -124,7 +126,7 @@ class Turns:
         said = next((s for s in statuses if s.state == "working" and s.message), None)
         interrupted = before.current_task or (said.message if said else "") or "Task"
         task = Task(message=f"{interrupted} - canceled", uri=said.uri if said else "", state="canceled",
-                    needs_user_attention=False, created_at=_now())
+                    needs_user_attention=False, created_at=now_iso())
         if after is not None:
             message = "Task canceled."
         elif seen:
@@ -151,7 +153,7 @@ class Turns:
                               "or wait_for_agents show it (pending.prompt_id).", field="prompt_id")
         snap, messages = await self.fleet.snapshot(name, conversation=True, deadline=deadline)
         driver = snap.driver
-        status = with_screen_prompt(live_status(snap, self.fleet.slugs), driver, messages)
+        status = with_screen_prompt(live_status(snap), driver, messages)
         if driver is None or snap.live is None:
             raise self.fleet.not_ready(snap, "so it cannot be answered")
         if driver.kind == "runner" and decision.isdigit():
@@ -182,7 +184,7 @@ class Turns:
         except DriverError as exc:
             raise refused(name, exc) from None
         live, unreachable = await self.fleet.live(driver, deadline=deadline)
-        after = live_status(replace(snap, live=live, unreachable=unreachable), self.fleet.slugs)
+        after = live_status(replace(snap, live=live, unreachable=unreachable))
         what = answered or (waiting if waiting is not None and waiting.id == prompt_id else None)
         said = f" ({what.tool} {what.summary!r})" if what is not None else ""
         return AnswerResult(agent_name=name, decision=decision, prompt_id=prompt_id, answered=prompt(what),
@@ -232,8 +234,7 @@ class Turns:
                 messages = await quietly(driver.conversation(deadline=deadline))
         if driver.kind == "runner":
             if last is None:
-                raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(
-                    snap, self.fleet.slugs).value)
+                raise bad_request(f"Agent {name!r} has not finished a turn yet.", status=live_status(snap).value)
             return _outcome(name, last, snap.live.cost_usd, "runner")  # the runner's sum over every turn
         statuses = await self.fleet.statuses(snap.workspace, deadline=deadline)
         ended = next((s for s in statuses if s.state in ("complete", "failure")), None)
@@ -260,11 +261,11 @@ class Turns:
         ws, params = await self.fleet.find(name, deadline=deadline)
         driver = self.fleet.driver(ws)
         if driver is None:
-            raise self.fleet.not_ready(Snapshot(ws, params, None, None), "so its diff cannot be read")
+            raise self.fleet.not_ready(Snapshot.of(ws, self.fleet.slugs, params), "so its diff cannot be read")
         try:
             return await driver.diff(scope, path, fmt, page, size, deadline=deadline)
         except Unreachable as exc:
-            raise self.fleet.not_ready(Snapshot(ws, params, None, why_unreachable(exc)),
+            raise self.fleet.not_ready(Snapshot.of(ws, self.fleet.slugs, params, None, why_unreachable(exc)),
                                        "so its diff cannot be read") from None
         except NotSupported as exc:
             raise refused(name, exc, driver=driver.kind) from None
@@ -344,7 +345,3 @@ def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answere
 
 def _queued(count: int) -> str:
     return "the queued task" if count == 1 else f"the first of the {count} queued tasks"
-
-
-def _now() -> str:
-    return iso(datetime.now(UTC)) or ""

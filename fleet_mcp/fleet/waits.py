@@ -10,19 +10,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import get_args
 
 from .background import Watch, offered
-from .budget import Meter
+from .rate import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
-from .agents import Fleet, prompt, reported_task, with_screen_prompt
+from .agents import Fleet
+from .answers import prompt, with_screen_prompt
 from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import own_problem, prefetch
-from ..rules import FLEET_QUERY, iso, valid_name
-from .status import Snapshot, Status, list_status, live_status
+from ..times import iso
+from .rules import FLEET_QUERY, valid_name
+from .status import Snapshot, Status, list_status, live_status, reported_task
 
 __all__ = ["CONDITIONS", "MAX_GLANCES", "MAX_WAIT_S", "Listing", "Waits"]
 
@@ -118,7 +121,7 @@ class Waits:
             if loop.time() < min(next_poll, ends):
                 continue  # woken to say progress: the listing is still young
             if self.meter.free_in() > max(0.0, ends - loop.time()):
-                continue  # no poll fits in this user's budget before the timeout: answer what was last seen
+                continue  # no poll fits in this user's rate share before the timeout: answer what was last seen
             await self.meter.room()  # polls stay within this user's share of Coder's rate limit
             page = await self.listing.get(max_age=interval, deadline=deadline)
 
@@ -160,18 +163,19 @@ class Waits:
                          deadline: float | None) -> list[WaitedAgent]:
         """A runner's prompt, and whether one waits at all, as its runner says: never the listing's mark alone,
         which the agent can post itself (asks.py)."""
-        found = [(i, ws, list_status(ws, self.fleet.slugs)) for i, a in enumerate(agents)
+        found = [(i, Snapshot.of(ws, self.fleet.slugs)) for i, a in enumerate(agents)
                  if a.status == "needs_input" and (ws := by_name.get(a.name.lower())) is not None]
-        statuses = await confirmed_all(self.fleet, [(ws, status) for _, ws, status in found], deadline=deadline)
-        for (i, ws, _), status in zip(found, statuses, strict=True):
-            agents[i] = self._of(ws, status, until)
+        statuses = await confirmed_all(self.fleet, [(snap, list_status(snap)) for _, snap in found],
+                                       deadline=deadline)
+        for (i, snap), status in zip(found, statuses, strict=True):
+            agents[i] = self._of(snap.workspace, status, until)
         return agents
 
     def _waited(self, name: str, ws: Workspace | None, until: set[Condition]) -> WaitedAgent:
         if ws is None:
             return WaitedAgent(name=name, status="deleted", met=False)
         try:
-            status = list_status(ws, self.fleet.slugs)
+            status = list_status(Snapshot.of(ws, self.fleet.slugs))
         except Exception as exc:  # noqa: BLE001 - one agent's reports cost its own entry, not the wait
             return WaitedAgent(name=ws.name, status="unknown", met=False, problem=own_problem(ws.name, exc).message)
         return self._of(ws, status, until)
@@ -224,22 +228,23 @@ class Waits:
             error = not_found(f"No agent named {name!r}.", agent_name=name)
             return AgentGlance(name=name, error={"error": error.error, "message": error.message,
                                                  "details": error.details})
-        task = reported_task(ws, self.fleet.slugs)
-        driver = await self.fleet.keyed_driver(ws, deadline=deadline)
+        seen = Snapshot.of(ws, self.fleet.slugs)
+        task = reported_task(seen)
+        driver = await self.fleet.keyed_driver(seen, deadline=deadline)
         self.fleet.remember(ws.name, driver)
         if driver is None:
-            status = list_status(ws, self.fleet.slugs)
+            status = list_status(seen)
             return AgentGlance(name=ws.name, status=status.value, status_source=status.source,
                                workspace_status=ws.latest_build.status or "pending", current_task=task,
                                problem=status.problem)
         reused = early[1] if early is not None and same_reach(early[0], driver) else None
         live, unreachable, messages = await (reused or self._details(driver, deadline))
         if driver.kind == "runner":  # only the runner says live what the reports cannot: a pending permission
-            status = live_status(Snapshot(ws, {}, live, unreachable), self.fleet.slugs)
+            status = live_status(replace(seen, live=live, unreachable=unreachable))
         elif unreachable is not None:
             status = Status("offline", unreachable, "driver")
         else:  # AgentAPI's /status says no more than its reporter told Coder: one request an agent, not two
-            status = list_status(ws, self.fleet.slugs)
+            status = list_status(seen)
         status = with_screen_prompt(status, driver, messages)
         if driver.kind == "runner":  # its /state carries the task and the newest output: no conversation asked
             current = (live.current_task if live else None) or task

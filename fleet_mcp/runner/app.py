@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -22,7 +23,7 @@ from .prompts import Conflict, InputCut, PromptChanged, StalePrompt
 from .session import Conversation
 from .typed import invalid_schema
 
-__all__ = ["BODY_MAX", "build_app"]
+__all__ = ["BODY_MAX", "BadRequest", "RunnerAPI", "build_app", "routes"]
 
 log = logging.getLogger("fleet_mcp.runner")
 BODY_MAX = 1 << 20
@@ -90,77 +91,62 @@ async def _body(request: Request, model: type[Body], *, optional: bool = False) 
         raise BadRequest(400, "bad_request", problems) from None
 
 
-def build_app(conversation: Conversation) -> Starlette:
-    """The runner's routes over `conversation`; its lifespan runs the Claude Code session and the reporter."""
-    c = conversation
+class RunnerAPI:
+    """The runner's routes over one conversation, one method an action: each parses, calls the conversation,
+    serializes (the table is `routes`). Each can be called alone with a Starlette `Request`."""
 
-    async def health(request: Request) -> JSONResponse:
+    def __init__(self, conversation: Conversation) -> None:
+        self.c = conversation
+
+    async def health(self, request: Request) -> JSONResponse:
         return _json(wire.Health())
 
-    async def state(request: Request) -> JSONResponse:
-        return _json(c.state_now())
+    async def state(self, request: Request) -> JSONResponse:
+        return _json(self.c.state_now())
 
-    async def messages(request: Request) -> JSONResponse:
-        return _json(wire.Messages(messages=c.saved.messages))
+    async def messages(self, request: Request) -> JSONResponse:
+        return _json(wire.Messages(messages=self.c.saved.messages))
 
-    async def message(request: Request) -> JSONResponse:
+    async def message(self, request: Request) -> JSONResponse:
         body = await _body(request, MessageBody)
-        queued = await c.send(body.content, body.if_busy, body.result_schema)
-        await c.reporter.delivered()  # Coder shows the agent working before the sender hears "accepted"
-        return _json(wire.Sent(accepted=True, queued=queued, state=c.state_now()), 202)
+        queued = await self.c.send(body.content, body.if_busy, body.result_schema)
+        await self.c.reporter.delivered()  # Coder shows the agent working before the sender hears "accepted"
+        return _json(wire.Sent(accepted=True, queued=queued, state=self.c.state_now()), 202)
 
-    async def interrupt(request: Request) -> JSONResponse:
+    async def interrupt(self, request: Request) -> JSONResponse:
         await _body(request, wire.EmptyBody, optional=True)
-        await c.interrupt()
-        return _json(wire.Done(state=c.state_now()), 202)
+        await self.c.interrupt()
+        return _json(wire.Done(state=self.c.state_now()), 202)
 
-    async def answer(request: Request) -> JSONResponse:
+    async def answer(self, request: Request) -> JSONResponse:
         body = await _body(request, wire.AnswerBody)
-        answered = c.answer(body.decision == "allow", body.message, body.prompt_id, body.digest, body.allow_truncated)
-        await c.reporter.delivered()
-        return _json(wire.AnswerDone(state=c.state_now(), answered=answered.shown()))
+        answered = self.c.answer(body.decision == "allow", body.message, body.prompt_id, body.digest,
+                                 body.allow_truncated)
+        await self.c.reporter.delivered()
+        return _json(wire.AnswerDone(state=self.c.state_now(), answered=answered.shown()))
 
-    async def result(request: Request) -> JSONResponse:
-        return _json(wire.LastResult(result=c.saved.results[-1] if c.saved.results else None))
+    async def result(self, request: Request) -> JSONResponse:
+        results = self.c.saved.results
+        return _json(wire.LastResult(result=results[-1] if results else None))
 
-    async def results(request: Request) -> JSONResponse:
-        return _json(wire.Results(results=c.saved.results))
+    async def results(self, request: Request) -> JSONResponse:
+        return _json(wire.Results(results=self.c.saved.results))
 
-    async def diff(request: Request) -> JSONResponse:
+    async def diff(self, request: Request) -> JSONResponse:
         try:
             q = wire.DiffQuery.model_validate(dict(request.query_params))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise BadRequest(400, "bad_request", problems) from None
         try:
-            return _json(await c.changes.diff(q.scope, q.path, q.format, q.page, q.page_size))
+            return _json(await self.c.changes.diff(q.scope, q.path, q.format, q.page, q.page_size))
         except DiffRefused as exc:
             raise BadRequest(400, exc.code, str(exc)) from None
 
-    async def bad_request(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, BadRequest)
-        return _error(exc.status, exc.code, str(exc))
-
-    async def conflict(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, Conflict)
-        if isinstance(exc, (StalePrompt, PromptChanged, InputCut)):  # what waits now (whole), what became of it
-            return _json(wire.StaleAnswer(error=exc.code, message=str(exc), pending=exc.pending.shown()
-                                          if exc.pending else None, answered=exc.answered), 409)
-        return _error(409, exc.code, str(exc))
-
-    async def http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}")
-
-    async def crash(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)  # no trace, no body
-        return _error(500, "internal", "the runner failed on this request; see its log")
-
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        import asyncio
-
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Runs the Claude Code session and the reporter while the app serves."""
+        c = self.c
         c.reporter.start()
         session = asyncio.create_task(c.run())
         try:
@@ -173,15 +159,48 @@ def build_app(conversation: Conversation) -> Starlette:
                 log.warning("Claude Code did not stop cleanly: %s", type(exc).__name__)
             await c.reporter.stop()
 
-    return Starlette(routes=[
-        Route("/health", health, methods=["GET"]),
-        Route("/state", state, methods=["GET"]),
-        Route("/messages", messages, methods=["GET"]),
-        Route("/message", message, methods=["POST"]),
-        Route("/interrupt", interrupt, methods=["POST"]),
-        Route("/answer", answer, methods=["POST"]),
-        Route("/result", result, methods=["GET"]),
-        Route("/results", results, methods=["GET"]),
-        Route("/diff", diff, methods=["GET"]),
-    ], exception_handlers={BadRequest: bad_request, Conflict: conflict, HTTPException: http_error, Exception: crash},
-        lifespan=lifespan)
+
+def routes(api: RunnerAPI) -> list[Route]:
+    """The route table: each path and method to its action (specs/runner.md)."""
+    return [
+        Route("/health", api.health, methods=["GET"]),
+        Route("/state", api.state, methods=["GET"]),
+        Route("/messages", api.messages, methods=["GET"]),
+        Route("/message", api.message, methods=["POST"]),
+        Route("/interrupt", api.interrupt, methods=["POST"]),
+        Route("/answer", api.answer, methods=["POST"]),
+        Route("/result", api.result, methods=["GET"]),
+        Route("/results", api.results, methods=["GET"]),
+        Route("/diff", api.diff, methods=["GET"]),
+    ]
+
+
+async def _bad_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BadRequest)
+    return _error(exc.status, exc.code, str(exc))
+
+
+async def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Conflict)
+    if isinstance(exc, (StalePrompt, PromptChanged, InputCut)):  # what waits now (whole), what became of it
+        return _json(wire.StaleAnswer(error=exc.code, message=str(exc), pending=exc.pending.shown()
+                                      if exc.pending else None, answered=exc.answered), 409)
+    return _error(409, exc.code, str(exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return _error(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}")
+
+
+async def _crash(request: Request, exc: Exception) -> JSONResponse:
+    log.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)  # no trace, no body
+    return _error(500, "internal", "the runner failed on this request; see its log")
+
+
+def build_app(conversation: Conversation) -> Starlette:
+    """The runner's routes over `conversation`; its lifespan runs the Claude Code session and the reporter."""
+    api = RunnerAPI(conversation)
+    return Starlette(routes=routes(api), lifespan=api.lifespan, exception_handlers={
+        BadRequest: _bad_request, Conflict: _conflict, HTTPException: _http_error, Exception: _crash})

@@ -77,11 +77,6 @@ def main(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    try:  # now, not in the serving loop, where its ~1 s import would stall the first requests
-        import claude_agent_sdk  # noqa: F401
-    except ImportError:
-        print("fleet-mcp runner: claude-agent-sdk is missing; install coder-fleet-mcp[runner]", file=sys.stderr)
-        return 2
     try:
         settings = load(args)
         if settings.spec_file is not None:
@@ -95,6 +90,11 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except (OSError, ValueError) as exc:
         print(f"fleet-mcp runner: {exc}", file=sys.stderr)
+        return 2
+    try:  # after the settings (bad ones fail at once) and before serving, where its ~1.5 s would stall requests
+        import claude_agent_sdk  # noqa: F401
+    except ImportError:
+        print("fleet-mcp runner: claude-agent-sdk is missing; install coder-fleet-mcp[runner]", file=sys.stderr)
         return 2
     from .app import build_app
     from .door import Door

@@ -7,10 +7,10 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import times
 from ..runner_wire import MESSAGES_KEPT, RESULTS_KEPT, Message, Result
 
 __all__ = ["PREVIEW_CHARS", "Saved", "Store", "latest_output", "latest_task", "now_iso"]
@@ -22,8 +22,8 @@ PREVIEW_CHARS = 300  # of the newest output, in /state: what a fleet's glance sh
 
 
 def now_iso() -> str:
-    """Now, as ISO-8601 UTC with a Z."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """Now, as the runner's wire says times: in milliseconds."""
+    return times.now_iso("milliseconds")
 
 
 @dataclass

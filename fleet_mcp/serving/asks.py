@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -22,8 +21,9 @@ from ..errors import FleetError, guarded
 from ..fleet.background import Watch
 from ..fleet.polling import within
 from ..models import PendingPrompt, Task, TaskResult, WaitedAgent, WaitResult
-from ..rules import MAX_SPEC, iso
-from .users import Services
+from ..fleet.rules import MAX_SPEC
+from ..times import now_iso
+from .services import Services
 
 __all__ = ["answer", "forms", "input_text", "turn_over"]
 
@@ -91,7 +91,7 @@ async def turn_over(services: Services, watch: Watch, waited: WaitResult, *, dea
     """A handed-out task's answer once the agent's turn is over (or the task's time is): start_agent_task's
     shape, its message carrying the turn's result as get_agent_result reads it."""
     agent = waited.agents[0]
-    now = iso(datetime.now(UTC)) or ""
+    now = now_iso()
     if waited.timed_out:
         return TaskResult(task=Task(message=watch.said, uri="", state="working", needs_user_attention=False,
                                     created_at=now), agent_status=agent.status,

@@ -40,7 +40,8 @@ from pydantic import SecretStr
 
 from .front import sent_token
 from ..redaction import REDACTED, redact
-from .users import caller
+from ..times import iso
+from .tokens import caller
 
 __all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_LINE", "MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open",
            "cut", "line_of"]
@@ -230,7 +231,7 @@ class AuditLog(Middleware):
             tool, arguments = self.scrub([context.message.name, context.message.arguments or {}],
                                          users.tokens() if users is not None else ())
             self.write({
-                "time": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "time": iso(started, "milliseconds"),
                 "user": caller() or self.user,
                 "tool": tool,
                 "arguments": arguments,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["HEADROOM", "ConnectionGuard", "Throttled", "budget", "guarded_protocol", "raise_fd_limit"]
+__all__ = ["HEADROOM", "ConnectionGuard", "Throttled", "fit_connections", "guarded_protocol", "raise_fd_limit"]
 
 log = logging.getLogger("fleet_mcp")
 
@@ -48,7 +48,7 @@ def raise_fd_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
-def budget(fd_limit: int, wanted: int) -> tuple[int, int]:
+def fit_connections(fd_limit: int, wanted: int) -> tuple[int, int]:
     """(connection cap, accept backlog) that fit under `fd_limit` descriptors.
 
     The event loop accepts up to `backlog` connections in one go before any is

@@ -2,7 +2,7 @@
 
 Every token the server has not seen accepted costs one `GET /api/v2/users/me`,
 so whoever reaches the port could relay guesses, and load, to Coder, spending
-the rate budget the server's address shares with every user's checks. Hence:
+the share of Coder's rate limit the server's address spends on every user's checks. Hence:
 
 - a token Coder refused is refused again, without asking, for
   `FLEET_MCP_AUTH_CACHE_S` (kept by its SHA-256, the newest `KEPT` at most);

@@ -207,7 +207,7 @@ class Gate:
         """Per-user mode: answer a refused token (off /mcp) or a token Coder could not check; True if answered."""
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 
-        from .users import LIMITED, UNVERIFIED
+        from .tokens import LIMITED, UNVERIFIED
 
         user = scope.get("user")
         if isinstance(user, AuthenticatedUser):

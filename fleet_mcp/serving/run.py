@@ -90,7 +90,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     import uvicorn
     from sse_starlette.sse import AppStatus
 
-    from .connections import ConnectionGuard, Throttled, budget, guarded_protocol
+    from .connections import ConnectionGuard, Throttled, fit_connections, guarded_protocol
     from .front import mcp_url
     from .http import Drain, build_app
 
@@ -98,7 +98,7 @@ async def serve_http(server: FastMCP, settings: Settings, host: str, sock: socke
     loop = asyncio.get_running_loop()
     throttled = Throttled()
     loop.set_exception_handler(throttled.asyncio_handler)
-    cap, backlog = budget(fd_limit, settings.http_max_connections)
+    cap, backlog = fit_connections(fd_limit, settings.http_max_connections)
     if cap < settings.http_max_connections:
         log.warning("FLEET_MCP_HTTP_MAX_CONNECTIONS=%d is above what the open-file limit (%d) allows: %d it is",
                     settings.http_max_connections, fd_limit, cap)

@@ -35,7 +35,8 @@ from ..fleet.background import Handover, Watch, offered
 from ..fleet.polling import within
 from ..models import WaitedAgent
 from . import asks, taskids
-from .users import Services, services_of
+from ..times import iso
+from .services import Services, services_of
 
 __all__ = ["TASKS", "CreatedTask", "DetailedTask", "FleetTasks", "UpdateTaskParams", "declared"]
 
@@ -81,7 +82,7 @@ def declared(meta: Mapping[str, Any] | None) -> bool:
 
 
 def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(datetime.fromtimestamp(unix, UTC), "milliseconds")
 
 
 def _tool_result(answer: BaseModel) -> CallToolResult:

@@ -1,22 +1,24 @@
-# fleet-agent: a Coder template for fleet-mcp agents, driven by `fleet-mcp runner`.
+# fleet-agent: the Coder template for fleet-mcp agents.
 #
-# One workspace = one Claude Code agent. Inside it `fleet-mcp runner` owns one
-# Claude Code conversation through the Claude Agent SDK and serves the fleet's
-# HTTP API on loopback, reached through Coder's app proxy as the app `fleet`.
-# fleet-mcp creates workspaces from this template with the five `fleet_mcp_*`
-# parameters, a role preset and, optionally, a model and budgets. Push one copy
-# per project; the template name is the project name. See README.md.
-#
-# For deployments that drive Claude Code through AgentAPI (claude-code module
-# 4.x, app `ccw`) see ../fleet-agent-agentapi.
+# One workspace = one Claude Code agent, reached by fleet-mcp through Coder's
+# app proxy. The template variable `driver` picks what drives Claude Code:
+#   runner   (default) `fleet-mcp runner`, through the Claude Agent SDK, app
+#            `fleet`: the local module ./modules/runner.
+#   agentapi AgentAPI from the registry's claude-code module 4.x, app `ccw`.
+# Everything else (the fleet parameters, role presets and prompts, the agent
+# and its Docker compute) is shared. fleet-mcp creates workspaces from this
+# template with the five `fleet_mcp_*` parameters, a role preset and, with the
+# runner, optionally a model and budgets. Push one copy per project; the
+# template name is the project name. See README.md.
 
 terraform {
   required_version = ">= 1.9"
   required_providers {
     coder = {
       source = "coder/coder"
-      # >= 2.9: presets with `default` and `description`; no module pulls in more.
-      version = ">= 2.9, < 3.0"
+      # >= 2.13: the claude-code module's nested agentapi module reads data.coder_task
+      # (terraform init fetches it for either driver); presets need >= 2.9.
+      version = ">= 2.13, < 3.0"
     }
     docker = {
       source  = "kreuzwerker/docker"
@@ -26,6 +28,38 @@ terraform {
 }
 
 # --- template variables (set with `coder templates push --variable k=v`) ---
+
+variable "driver" {
+  type        = string
+  description = "What drives Claude Code: runner (fleet-mcp runner, app fleet) or agentapi (claude-code module 4.x, app ccw)."
+  default     = "runner"
+  validation {
+    condition     = contains(["runner", "agentapi"], var.driver)
+    error_message = "runner or agentapi"
+  }
+}
+
+variable "anthropic_api_key" {
+  type        = string
+  description = "Anthropic API key for Claude Code. Leave empty with claude_code_oauth_token, or when each user brings their own (see README)."
+  sensitive   = true
+  default     = ""
+}
+
+variable "claude_code_oauth_token" {
+  type        = string
+  description = "Claude Code OAuth token (from `claude setup-token`), instead of an API key."
+  sensitive   = true
+  default     = ""
+}
+
+variable "docker_socket" {
+  type        = string
+  description = "(Optional) Docker socket URI; empty = the provisioner's default."
+  default     = ""
+}
+
+# --- the runner's variables ---
 
 variable "fleet_mcp_version" {
   type        = string
@@ -40,20 +74,6 @@ variable "fleet_mcp_version" {
 variable "fleet_mcp_package" {
   type        = string
   description = "What to install instead of coder-fleet-mcp[runner]==<fleet_mcp_version> from PyPI: a requirement such as 'coder-fleet-mcp[runner] @ git+https://git.example.com/you/fleet-mcp@v0.1.0', or 'preinstalled' for an image that has it."
-  default     = ""
-}
-
-variable "anthropic_api_key" {
-  type        = string
-  description = "Anthropic API key for Claude Code. Leave empty with claude_code_oauth_token, or when each user brings their own (see README)."
-  sensitive   = true
-  default     = ""
-}
-
-variable "claude_code_oauth_token" {
-  type        = string
-  description = "Claude Code OAuth token (from `claude setup-token`), instead of an API key."
-  sensitive   = true
   default     = ""
 }
 
@@ -79,10 +99,24 @@ variable "git_external_auth_id" {
   default     = ""
 }
 
-variable "docker_socket" {
+# --- AgentAPI's variables ---
+
+variable "agentapi_subdomain" {
+  type        = bool
+  description = "Serve AgentAPI as a subdomain app (needs a wildcard access URL). Required where path apps are disabled."
+  default     = false
+}
+
+variable "claude_model" {
   type        = string
-  description = "(Optional) Docker socket URI; empty = the provisioner's default."
+  description = "Claude model for every agent (e.g. sonnet, opus); empty = Claude Code's default."
   default     = ""
+}
+
+variable "claude_code_version" {
+  type        = string
+  description = "Claude Code version installed on every start; pin it for a reproducible fleet."
+  default     = "latest"
 }
 
 provider "docker" {
@@ -92,12 +126,6 @@ provider "docker" {
 data "coder_provisioner" "me" {}
 data "coder_workspace" "me" {}
 data "coder_workspace_owner" "me" {}
-
-# Declared only when configured: Coder refuses a template naming a provider the deployment lacks.
-data "coder_external_auth" "git" {
-  count = var.git_external_auth_id != "" ? 1 : 0
-  id    = var.git_external_auth_id
-}
 
 # --- the fleet parameters: every one mutable and defaulted, so a person can
 # --- still create a workspace from this template by hand ---
@@ -168,83 +196,12 @@ data "coder_parameter" "agent_spec" {
 data "coder_parameter" "current_task" {
   name         = "fleet_mcp_current_task"
   display_name = "Current task"
-  description  = "The task the agent was created with; later tasks are sent to the runner."
+  description  = "The task the agent was created with; later tasks go to the runner or AgentAPI."
   type         = "string"
   form_type    = "textarea"
   mutable      = true
   default      = ""
   order        = 5
-}
-
-# --- optional runner parameters: empty = the runner's default (no limit) ---
-
-data "coder_parameter" "model" {
-  name         = "fleet_mcp_model"
-  display_name = "Model"
-  description  = "Claude model for this agent; empty: Claude Code's default."
-  type         = "string"
-  form_type    = "input"
-  mutable      = true
-  default      = ""
-  order        = 6
-}
-
-data "coder_parameter" "max_turns" {
-  name         = "fleet_mcp_max_turns"
-  display_name = "Max turns"
-  description  = "Most model turns per task; empty: no limit."
-  type         = "string"
-  form_type    = "input"
-  mutable      = true
-  default      = ""
-  order        = 7
-
-  validation {
-    regex = "^([1-9][0-9]{0,5})?$"
-    error = "a whole number from 1, or empty"
-  }
-}
-
-data "coder_parameter" "max_cost_usd" {
-  name         = "fleet_mcp_max_cost_usd"
-  display_name = "Max cost (USD)"
-  description  = "Most a task may spend, in USD; empty: no limit."
-  type         = "string"
-  form_type    = "input"
-  mutable      = true
-  default      = ""
-  order        = 8
-
-  validation {
-    regex = "^([0-9]{1,6}(\\.[0-9]{1,4})?)?$"
-    error = "USD, e.g. 2.50, or empty"
-  }
-}
-
-data "coder_parameter" "result_schema" {
-  name         = "fleet_mcp_result_schema"
-  display_name = "Result schema"
-  description  = "A JSON Schema the spec's answer must fit; empty: a plain answer."
-  type         = "string"
-  form_type    = "textarea"
-  mutable      = true
-  default      = ""
-  order        = 9
-}
-
-# The runner's key, made by fleet-mcp's create_agent. The runner is handed only its SHA-256
-# (FLEET_RUNNER_KEY_SHA256), so the key itself is in no file, environment or script of the workspace.
-# With FLEET_MCP_RUNNER_SECRET set on the server, the value is "<nonce>.<sha256 of the key>" and the key
-# (derived from the secret and the nonce) is not even here: the agent can read its own parameters.
-data "coder_parameter" "runner_key" {
-  name         = "fleet_mcp_runner_key"
-  display_name = "Runner key"
-  description  = "Set only by fleet-mcp's create_agent; the runner refuses every call without it."
-  type         = "string"
-  form_type    = "input"
-  mutable      = true
-  default      = ""
-  order        = 10
 }
 
 # --- roles: a preset per role sets fleet_mcp_role and nothing else ---
@@ -275,77 +232,44 @@ data "coder_workspace_preset" "manager" {
 }
 
 locals {
-  workdir     = "/home/coder/work"
-  runner_port = 4300
-  runner_url  = "http://127.0.0.1:${local.runner_port}"
-  runner_slug = "fleet"
+  workdir = "/home/coder/work"
 
-  # The runner's verifier: the part after "." (a key derived from FLEET_MCP_RUNNER_SECRET), else the key's SHA-256.
-  runner_key        = data.coder_parameter.runner_key.value
-  runner_key_sha256 = local.runner_key == "" ? "" : (length(split(".", local.runner_key)) > 1 ? split(".", local.runner_key)[1] : sha256(local.runner_key))
-
-  # "preinstalled": the image already has fleet-mcp with the runner extra on PATH; nothing is installed.
-  fleet_mcp_requirement = (var.fleet_mcp_package == "preinstalled" ? "" :
-  var.fleet_mcp_package != "" ? var.fleet_mcp_package : "coder-fleet-mcp[runner]==${var.fleet_mcp_version}")
-
-  # Role -> system prompt, appended to Claude Code's own. Kept free of dollar
-  # signs like the AgentAPI template's, so the two can share prompts.
+  # Role -> system prompt, appended to Claude Code's own, plus how the role
+  # ends a task under each driver (the runner returns the final answer; under
+  # AgentAPI Claude reports through coder_report_task). They reach Claude
+  # through the environment, which the Coder agent expands: no dollar signs.
   role_prompts = {
     coder    = <<-EOT
       You are a Software Engineer, one agent in a fleet of Claude Code agents run by fleet-mcp.
       You write code, implement features and fix bugs. Work in /home/coder/work.
       Keep changes small and tested, commit with clear messages, and open a pull request when a piece of work is done.
-      End each task with a short summary; when you opened a pull request, put its link in that summary.
     EOT
     operator = <<-EOT
       You are an Operations Engineer, one agent in a fleet of Claude Code agents run by fleet-mcp.
       You manage deployments, monitor systems and handle incidents. Work in /home/coder/work.
       Prefer reversible, observable changes; state what you changed and how to roll it back.
-      End each task with a short summary, and say plainly when you need a person.
     EOT
     manager  = <<-EOT
       You are an Engineering Manager, one agent in a fleet of Claude Code agents run by fleet-mcp.
       You coordinate work, review specs and verify that other agents stay aligned with them. Work in /home/coder/work.
       Break work into clear, independent tasks, and check results against the spec before calling them done.
-      End each task with a short summary of what you checked and what remains.
     EOT
   }
-
-  system_prompt = lookup(local.role_prompts, data.coder_parameter.role.value, local.role_prompts["coder"])
-
-  # The Host names the runner answers besides loopback: Coder's app proxy passes the request's own Host on
-  # (the access URL's host for a path app, the app's own subdomain otherwise). Anything else is refused
-  # (DNS rebinding of a forwarded port).
-  owner_name = lower(data.coder_workspace_owner.me.name)
-  ws_name    = lower(data.coder_workspace.me.name)
-  runner_hosts = join(",", [
-    regex("^[a-zA-Z][a-zA-Z0-9+.-]*://([^/:]+)", data.coder_workspace.me.access_url)[0],
-    "${local.runner_slug}--main--${local.ws_name}--${local.owner_name}.*",
-    "${local.runner_slug}--${local.ws_name}--${local.owner_name}.*",
-  ])
-
-  # The runner's environment (specs/runner.md). It is written into the start
-  # script base64-encoded rather than set with coder_env: the Coder agent
-  # expands `$VAR` in coder_env values, which would corrupt a spec that has one.
-  # CODER_AGENT_URL and CODER_AGENT_TOKEN come from the agent itself.
-  runner_env = {
-    FLEET_RUNNER_SPEC            = data.coder_parameter.agent_spec.value
-    FLEET_RUNNER_SYSTEM_PROMPT   = local.system_prompt
-    FLEET_RUNNER_MODEL           = data.coder_parameter.model.value
-    FLEET_RUNNER_MAX_TURNS       = data.coder_parameter.max_turns.value
-    FLEET_RUNNER_MAX_COST_USD    = data.coder_parameter.max_cost_usd.value
-    FLEET_RUNNER_RESULT_SCHEMA   = data.coder_parameter.result_schema.value
-    FLEET_RUNNER_WORKDIR         = local.workdir
-    FLEET_RUNNER_STATE_FILE      = "/home/coder/.fleet-runner/state.json"
-    FLEET_RUNNER_PORT            = tostring(local.runner_port)
-    FLEET_RUNNER_APP_SLUG        = local.runner_slug
-    FLEET_RUNNER_PERMISSION_MODE = var.permission_mode
-    FLEET_RUNNER_KEY_SHA256      = local.runner_key_sha256
-    FLEET_RUNNER_ALLOWED_HOSTS   = local.runner_hosts
-    FLEET_RUNNER_REQUIREMENT     = local.fleet_mcp_requirement
-    FLEET_RUNNER_GIT_AUTH_ID     = var.git_external_auth_id
-    DISABLE_AUTOUPDATER          = "1"
+  role_endings = {
+    runner = {
+      coder    = "End each task with a short summary; when you opened a pull request, put its link in that summary."
+      operator = "End each task with a short summary, and say plainly when you need a person."
+      manager  = "End each task with a short summary of what you checked and what remains."
+    }
+    agentapi = {
+      coder    = "Report progress with coder_report_task; when you open a pull request, report its link."
+      operator = "Report progress with coder_report_task, and report failure when you need a person."
+      manager  = "Report progress with coder_report_task."
+    }
   }
+
+  role          = contains(keys(local.role_prompts), data.coder_parameter.role.value) ? data.coder_parameter.role.value : "coder"
+  system_prompt = "${local.role_prompts[local.role]}${local.role_endings[var.driver][local.role]}\n"
 }
 
 # --- the agent and its compute ---
@@ -371,78 +295,56 @@ resource "coder_agent" "main" {
   }
 }
 
-# Credentials reach every process of the agent, the runner's Claude Code included.
-# Only created when set: an empty key is no key, and the user's own secret (see README) may supply it.
-resource "coder_env" "anthropic_api_key" {
-  count    = var.anthropic_api_key != "" ? 1 : 0
+# --- the driver: exactly one of the two modules is counted in ---
+
+module "runner" {
+  count  = var.driver == "runner" ? 1 : 0
+  source = "./modules/runner"
+
+  agent_id                = coder_agent.main.id
+  workdir                 = local.workdir
+  agent_spec              = data.coder_parameter.agent_spec.value
+  system_prompt           = local.system_prompt
+  fleet_mcp_version       = var.fleet_mcp_version
+  fleet_mcp_package       = var.fleet_mcp_package
+  anthropic_api_key       = var.anthropic_api_key
+  claude_code_oauth_token = var.claude_code_oauth_token
+  permission_mode         = var.permission_mode
+  runner_subdomain        = var.runner_subdomain
+  git_external_auth_id    = var.git_external_auth_id
+}
+
+# Claude Code behind AgentAPI; creates the `ccw` app fleet-mcp talks to.
+module "claude-code" {
+  count    = var.driver == "agentapi" ? data.coder_workspace.me.start_count : 0
+  source   = "registry.coder.com/coder/claude-code/coder"
+  version  = "4.9.2" # exact: the last v4; v5 dropped AgentAPI and ai_prompt
   agent_id = coder_agent.main.id
-  name     = "ANTHROPIC_API_KEY"
-  value    = var.anthropic_api_key
-}
+  workdir  = local.workdir # fixed: Claude's resumable session lives under a path derived from it
 
-resource "coder_env" "claude_code_oauth_token" {
-  count    = var.claude_code_oauth_token != "" ? 1 : 0
-  agent_id = coder_agent.main.id
-  name     = "CLAUDE_CODE_OAUTH_TOKEN"
-  value    = var.claude_code_oauth_token
-}
+  # The spec is Claude's first prompt; later work arrives through AgentAPI.
+  ai_prompt     = data.coder_parameter.agent_spec.value
+  system_prompt = local.system_prompt
+  continue      = true
 
-# Installs coder-fleet-mcp[runner] (its claude-agent-sdk bundles the Claude Code
-# CLI the runner drives: that is the Claude Code install) and starts the runner
-# in the background; the script exits once /health answers, so a runner that
-# cannot start fails this script with its log in the build's agent logs.
-resource "coder_script" "fleet_runner" {
-  agent_id           = coder_agent.main.id
-  display_name       = "fleet-mcp runner"
-  icon               = "/icon/claude.svg"
-  run_on_start       = true
-  start_blocks_login = false
-  timeout            = 900
-  script             = <<-EOT
-    #!/usr/bin/env bash
-    set -euo pipefail
-    %{for name, value in local.runner_env~}
-    export ${name}="$(printf '%s' '${base64encode(value)}' | base64 -d)"
-    %{endfor~}
-    # As an argument, not on stdin, where a command of the script could read the rest of it.
-    bash -c "$(printf '%s' '${base64encode(file("${path.module}/start-runner.sh"))}' | base64 -d)"
-  EOT
-}
+  # Both stay on: report_tasks makes system_prompt and app statuses work,
+  # web_app creates the `ccw` app (no app, no route to AgentAPI).
+  report_tasks = true
+  web_app      = true
+  subdomain    = var.agentapi_subdomain
 
-resource "coder_script" "fleet_runner_stop" {
-  agent_id     = coder_agent.main.id
-  display_name = "fleet-mcp runner stop"
-  icon         = "/icon/claude.svg"
-  run_on_stop  = true
-  script       = <<-EOT
-    #!/usr/bin/env bash
-    export FLEET_RUNNER_STATE_FILE="$(printf '%s' '${base64encode(local.runner_env["FLEET_RUNNER_STATE_FILE"])}' | base64 -d)"
-    bash -c "$(printf '%s' '${base64encode(file("${path.module}/stop-runner.sh"))}' | base64 -d)"
-  EOT
-}
-
-# The fleet's door to the runner: Coder's app proxy, which lets only the owner through.
-resource "coder_app" "fleet" {
-  agent_id     = coder_agent.main.id
-  slug         = local.runner_slug
-  display_name = "Fleet runner"
-  icon         = "/icon/claude.svg"
-  url          = local.runner_url
-  subdomain    = var.runner_subdomain
-  share        = "owner"
-  open_in      = "tab"
-  order        = 1
-
-  healthcheck {
-    url       = "${local.runner_url}/health"
-    interval  = 5
-    threshold = 60
-  }
+  agentapi_version             = "v0.12.1" # >= v0.12.0 for state persistence
+  dangerously_skip_permissions = true
+  claude_api_key               = var.anthropic_api_key
+  claude_code_oauth_token      = var.claude_code_oauth_token
+  model                        = var.claude_model
+  claude_code_version          = var.claude_code_version
+  disable_autoupdater          = true
 }
 
 resource "docker_volume" "home_volume" {
   name = "coder-${data.coder_workspace.me.id}-home"
-  # Keep the home (the project, the runner's state, Claude's session files) whatever changes.
+  # Keep the home (the project, the runner's or AgentAPI's state, Claude's session files) whatever changes.
   lifecycle {
     ignore_changes = all
   }
@@ -469,13 +371,13 @@ resource "docker_container" "workspace" {
   image    = "codercom/example-base:ubuntu"
   name     = "coder-${data.coder_workspace_owner.me.name}-${lower(data.coder_workspace.me.name)}"
   hostname = data.coder_workspace.me.name
-  # Not root: Claude Code refuses bypassPermissions as root, and agents should not need it.
+  # Not root: Claude Code refuses to skip permissions as root, and agents should not need it.
   user = "coder"
   # Point the agent at the host when the access URL is localhost.
   entrypoint = ["sh", "-c", replace(coder_agent.main.init_script, "/localhost|127\\.0\\.0\\.1/", "host.docker.internal")]
   env        = ["CODER_AGENT_TOKEN=${coder_agent.main.token}"]
 
-  # Stop gracefully so the agent's stop script (runner shutdown) runs.
+  # Stop gracefully so the agent's stop scripts (runner shutdown, AgentAPI state save) run.
   stop_signal           = "SIGINT"
   stop_timeout          = 60
   destroy_grace_seconds = 60

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from support import create_workspace
+import json
+from datetime import timedelta
+
+from support import asgi_request, create_workspace
+
+from fleet_mcp.emulator.control import AgentControl, ControlAPI
 
 
 async def test_demo_seed(coder):
@@ -112,3 +117,19 @@ def test_role_prompts_read_as_english():
     assert ROLE_PROMPTS["manager"].startswith("You are an Engineering Manager.")
     assert ROLE_PROMPTS["operator"].startswith("You are an Operations Engineer.")
     assert ROLE_PROMPTS["coder"].startswith("You are a Software Engineer.")
+
+
+async def test_each_control_action_is_a_method_callable_alone(emulator):
+    """A route table over one class (moto's urls.py + responses.py): an action answers without the app."""
+    api = ControlAPI(emulator.control, emulator.proxy)
+    before = emulator.backend.now()
+    answer = await api.clock(asgi_request("POST", "/emulator/clock", {"seconds": 90}))
+    assert json.loads(answer.body)["now"] == (before + timedelta(seconds=90)).isoformat()
+    assert json.loads((await api.rate_limit(asgi_request("POST", "/emulator/rate-limit", {"enabled": False}))).body) \
+        == {"enabled": False} and not emulator.backend.rate_limit
+    agents = AgentControl(emulator.backend, emulator.claude, emulator.runners)
+    token = agents.on_workspace(agents.token)
+    missing = await token(asgi_request("GET", "/emulator/agents/nope/token", path_params={"workspace": "nope"}))
+    assert (missing.status_code, json.loads(missing.body)) == (404, {"error": "no workspace demo/nope"})
+    found = await token(asgi_request("GET", "/emulator/agents/hand-made/token", path_params={"workspace": "hand-made"}))
+    assert found.status_code == 200 and json.loads(found.body)["agent_name"]

@@ -13,7 +13,7 @@ from coder_spec import missing_keys, reference_dir
 
 from fleet_mcp.coder.schemas import WorkspacesPage
 from fleet_mcp.drivers import Slugs
-from fleet_mcp.fleet.status import list_status
+from fleet_mcp.fleet.status import Snapshot, list_status
 
 pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
 STANDIN = Path(__file__).resolve().parents[2] / "bench" / "standin.py"
@@ -42,5 +42,5 @@ async def test_real_sized_workspaces_are_as_big_and_keyed_as_real_ones_and_read_
                zip(grown, json.loads(lean)["workspaces"], strict=True))
     assert not [p for ws in grown for p in missing_keys(real, ws) if "ai_task_sidebar" not in p]
     before, after = WorkspacesPage.model_validate_json(lean), WorkspacesPage.model_validate_json(body)
-    assert [(w.name, list_status(w, Slugs())) for w in before.workspaces] == \
-        [(w.name, list_status(w, Slugs())) for w in after.workspaces]
+    assert [(w.name, list_status(Snapshot.of(w, Slugs()))) for w in before.workspaces] == \
+        [(w.name, list_status(Snapshot.of(w, Slugs()))) for w in after.workspaces]

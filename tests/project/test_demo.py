@@ -9,6 +9,7 @@ import os
 import resource
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -20,17 +21,30 @@ STEPS = ["1. Projects", "2. Roles", "3. Create two agents", "4. Wait for the bui
          "13. Cancel the sleeper's task", "14. Delete both agents"]
 
 
-def test_demo_tours_every_tool_in_under_a_minute(tmp_path):
+@dataclass
+class DemoRun:
+    done: subprocess.CompletedProcess[str]
+    cpu_s: float  # the demo, its runners and their Claude Codes
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`fleet-mcp demo`, run once for the tests that read what it printed (a run costs about 10 s of CPU)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "demo"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, check=False)
+                          timeout=300, cwd=tmp_path_factory.mktemp("demo"), env=env, stdin=subprocess.DEVNULL,
+                          check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return DemoRun(done, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
+def test_demo_tours_every_tool_in_under_a_minute(demo):
+    done = demo.done
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # Bounded in CPU seconds (the demo, its runners and their Claude Codes), which a loaded machine does not
     # stretch as it stretches wall time (about 10 s idle, 66 s at load 10, 30 s for Claude Code to start at 16).
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    assert cpu < 60, cpu
+    assert demo.cpu_s < 60, demo.cpu_s
     out = done.stdout  # not a TTY: plain text, no colour codes
     assert "\x1b[" not in out
     positions = [out.find(step) for step in STEPS]
@@ -62,16 +76,12 @@ async def test_a_failing_step_is_exit_1_with_the_step_named(monkeypatch):
     assert '"error": "not_found"' in text and "3. Create two agents" not in text
 
 
-def test_with_the_runner_installed_the_demo_runs_the_real_claude_code(tmp_path):
-    import pytest
-
+def test_with_the_runner_installed_the_demo_runs_the_real_claude_code(demo):
     from fleet_mcp.demo import runner_installed
 
     if not runner_installed():
         pytest.skip("claude-agent-sdk is not installed (pip install -e '.[runner]'); CI installs it")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "FLEET_MCP_"))}
-    done = subprocess.run([sys.executable, "-m", "fleet_mcp", "demo"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, check=False)
+    done = demo.done  # the same run: with the runner installed, `fleet-mcp demo` is this demo
     assert done.returncode == 0, done.stdout[-3000:]
     out = done.stdout
     assert "the agents are the real Claude Code" in out

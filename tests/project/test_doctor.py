@@ -188,7 +188,7 @@ async def test_a_runner_project_without_the_budget_parameters_is_complete_with_a
     assert (bare.complete, bare.driver) == (True, "runner")
     assert bare.warnings == ["declares no fleet_mcp_model, fleet_mcp_max_turns, fleet_mcp_max_cost_usd: create_agent "
                              "will refuse model, max_turns and max_cost_usd for this project (templates/fleet-agent "
-                             "declares all three)"]
+                             "declares all three with driver=runner)"]
     lines = report.lines()
     head = "  ok   bare-runner: complete; runner (app 'fleet', by path); "
     i = next(i for i, line in enumerate(lines) if line.startswith(head))
@@ -239,8 +239,9 @@ async def test_a_runner_project_under_another_runner_slug(conformance):
     for p in report.projects:
         assert not p.complete and p.driver == ""
         assert p.lacks == ["the runner app 'agent-runner' or the AgentAPI app 'ccw' on its agent (apps: fleet); "
-                           "templates/fleet-agent declares the runner's, the claude-code module 4.x adds AgentAPI's "
-                           "with web_app = true; FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG name others"]
+                           "templates/fleet-agent with driver=runner declares the runner's, with driver=agentapi the "
+                           "claude-code module 4.x adds AgentAPI's; FLEET_MCP_RUNNER_APP_SLUG / FLEET_MCP_APP_SLUG "
+                           "name others"]
     assert report.lines()[-1].endswith("(apps looked for: runner 'agent-runner', AgentAPI 'ccw').")
 
 

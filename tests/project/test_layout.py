@@ -86,3 +86,19 @@ def test_every_package_is_in_the_readmes_layout() -> None:
     named = set(layout_paths())
     packages = {p.parent for p in PACKAGE.glob("*/__init__.py")} | {p.parent for p in EMULATOR.glob("*/__init__.py")}
     assert not sorted(str(p.relative_to(REPO)) for p in packages - named)
+
+
+# Each layer of the tower imports only from below it: the Coder client knows no driver, a driver no fleet rule,
+# the fleet no serving (DESIGN.md: tools → fleet → a driver or the Coder client).
+ABOVE = {
+    "coder": ("drivers", "fleet", "serving", "server", "tools", "registry", "cli"),
+    "drivers": ("fleet", "serving", "server", "tools", "registry", "cli"),
+    "fleet": ("serving", "server", "tools", "registry", "cli"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(ABOVE))
+def test_imports_run_one_way(layer: str) -> None:
+    upward = {str(path.relative_to(PACKAGE)): name for path in modules(PACKAGE / layer) for name in imported(path)
+              if name.split(".")[:2][-1] in ABOVE[layer] and name.startswith("fleet_mcp.")}
+    assert not upward, f"{layer}/ imports from above it: {upward}"

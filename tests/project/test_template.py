@@ -1,49 +1,53 @@
-"""templates/: both Coder templates declare what the fleet sends, and the emulator's seed mirrors them.
+"""templates/fleet-agent under either driver declares what the fleet sends, and the emulator's seed mirrors it.
 
 Coder silently drops rich parameters a template does not declare, so every
 `fleet_mcp_*` value the client sends must be declared; the roles the fleet
-offers are the presets; and the app the fleet talks to picks its driver:
-`fleet` (templates/fleet-agent, `fleet-mcp runner`) or `ccw`
-(templates/fleet-agent-agentapi, AgentAPI from the claude-code module 4.x).
+offers are the presets; and the app the fleet talks to picks its driver: the
+template variable `driver` counts in `fleet` (`fleet-mcp runner`, the local
+module modules/runner) or `ccw` (AgentAPI from the claude-code module 4.x).
 The demo seed (`Emulator(agent_runtime=...)`) must look the same, or the
 emulator would test the fleet against templates nobody ships.
 None of this is `terraform validate` (no provider registry here): it reads the
-HCL for the contract.
+HCL for the contract; `terraform fmt` runs where terraform is installed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import shutil
+import subprocess
 from typing import Any
 
 import httpx
 import pytest
-from hcl_reader import (TEMPLATES, as_list, flag, labelled, load, merged, named, of_type, options, parameter_ref,
-                        parameters as parameters_of, presets as presets_of, validation)
+from hcl_reader import (DRIVERS, TEMPLATES, as_list, flag, labelled, load_dir, merged, named, of_type, options,
+                        parameter_ref, parameters as parameters_of, presets as presets_of, template, validation)
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.coder.seed import ROLE_PROMPTS, ROLES
-from fleet_mcp.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
+from fleet_mcp.fleet.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.settings import Settings
 
-KINDS = {"runner": TEMPLATES / "fleet-agent" / "main.tf", "agentapi": TEMPLATES / "fleet-agent-agentapi" / "main.tf"}
+HERE = TEMPLATES / "fleet-agent"
 APP = {"runner": "fleet", "agentapi": "ccw"}
-# 2.13: the nested agentapi module reads data.coder_task; the runner template needs 2.9 (preset descriptions).
-CODER_PROVIDER = {"runner": ">= 2.9, < 3.0", "agentapi": ">= 2.13, < 3.0"}
+# 2.13: the claude-code module's nested agentapi module reads data.coder_task (`terraform init` fetches it whatever
+# the driver); presets need 2.9.
+CODER_PROVIDER = ">= 2.13, < 3.0"
 ROLE_OPTIONS = ["coder", "operator", "manager"]
 CLAUDE_CODE_SOURCE = "registry.coder.com/coder/claude-code/coder"
 TOKEN = "demo-token"
 
 
-@pytest.fixture(scope="module", params=sorted(KINDS))
+@pytest.fixture(scope="module", params=DRIVERS)
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
 @pytest.fixture(scope="module")
 def doc(kind: str) -> dict:
-    return load(KINDS[kind])
+    return template(kind)
 
 
 @pytest.fixture(scope="module")
@@ -63,18 +67,47 @@ def role_prompts(doc: dict) -> dict[str, str]:
     return prompts
 
 
-# --- the contract both templates keep -----------------------------------------------
+# --- one template, the driver a variable ---------------------------------------------
+
+def test_one_template_directory() -> None:
+    # `coder templates push -d DIR` tars DIR alone (symlinks as links): the shared part and both drivers live in it.
+    assert sorted(p.name for p in TEMPLATES.iterdir() if p.is_dir()) == ["fleet-agent"]
+    assert sorted(str(p.relative_to(HERE)) for p in HERE.rglob("*.tf")) == ["main.tf", "modules/runner/main.tf"]
+
+
+def test_the_driver_variable_counts_in_one_module() -> None:
+    root = load_dir(HERE)
+    driver = named(root, "variable")["driver"]
+    assert driver["default"] == "runner"
+    assert re.fullmatch(r'contains\(\["runner", "agentapi"\], var\.driver\)', as_list(driver["validation"])[0]["condition"])
+    counts = {name: call["count"] for name, call in named(root, "module").items()}
+    assert counts == {"runner": 'var.driver == "runner" ? 1 : 0',
+                      "claude-code": 'var.driver == "agentapi" ? data.coder_workspace.me.start_count : 0'}
+    # Each driver's variant is its own: what one counts in, the other does not.
+    assert not set(of_type(template("agentapi"), "resource", "coder_app"))
+    assert not named(template("runner"), "module")
+
+
+@pytest.mark.system
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="terraform is not installed")
+def test_terraform_fmt() -> None:
+    done = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(TEMPLATES)], capture_output=True,
+                          text=True, timeout=60, check=False, env={**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null"})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- the contract both drivers keep -------------------------------------------------
 
 def test_template_parses(doc: dict) -> None:
     assert labelled(doc, "data") and labelled(doc, "resource")
 
 
-def test_pins(doc: dict, kind: str) -> None:
+def test_pins(doc: dict) -> None:
     terraform = merged(doc, "terraform")
     assert terraform["required_version"] == ">= 1.9"
     providers = merged({"p": terraform["required_providers"]}, "p")
     assert providers["coder"]["source"] == "coder/coder"
-    assert providers["coder"]["version"] == CODER_PROVIDER[kind]
+    assert providers["coder"]["version"] == CODER_PROVIDER
     assert providers["docker"]["source"] == "kreuzwerker/docker"
 
 
@@ -136,23 +169,29 @@ def test_preset_descriptions_match_role_options(presets: dict, parameters: dict)
         assert preset.get("description", described[name]) == described[name]
 
 
-def test_role_prompts(role_prompts: dict) -> None:
+def test_role_prompts(role_prompts: dict, doc: dict) -> None:
+    endings = merged(doc, "locals")["role_endings"]
+    assert sorted(endings) == sorted(DRIVERS), "every driver ends every role's prompt"
     assert sorted(role_prompts) == sorted(ROLE_OPTIONS)
     for role, prompt in role_prompts.items():
-        assert prompt.strip(), f"empty prompt for {role}"
-        assert "$" not in prompt, f"the agent expands $ in environment values: {role}'s prompt has one"
-        assert "%{" not in prompt
+        for text in (prompt, *(endings[driver][role] for driver in DRIVERS)):
+            assert text.strip(), f"empty prompt for {role}"
+            assert "$" not in text, f"the agent expands $ in environment values: {role}'s prompt has one"
+            assert "%{" not in text
+    assert "coder_report_task" in endings["agentapi"]["coder"] and "summary" in endings["runner"]["coder"]
 
 
 def test_system_prompt_comes_from_the_role_map(doc: dict, parameters: dict) -> None:
-    prompt = merged(doc, "locals")["system_prompt"]
-    assert "local.role_prompts" in prompt and parameter_ref(parameters[ROLE]) in prompt
+    locals_ = merged(doc, "locals")
+    assert parameter_ref(parameters[ROLE]) in locals_["role"] and "keys(local.role_prompts)" in locals_["role"]
+    assert locals_["system_prompt"] == "${local.role_prompts[local.role]}${local.role_endings[var.driver][local.role]}\n"
 
 
-def test_no_coder_ai_task(doc: dict, kind: str) -> None:
+def test_no_coder_ai_task(doc: dict) -> None:
     kinds = {type_ for k in ("resource", "data") for type_, _ in labelled(doc, k)}
     assert "coder_ai_task" not in kinds
-    assert not re.search(r'^\s*(resource|data)\s+"?coder_ai_task', KINDS[kind].read_text(), re.MULTILINE)
+    for tf in HERE.rglob("*.tf"):
+        assert not re.search(r'^\s*(resource|data)\s+"?coder_ai_task', tf.read_text(), re.MULTILINE), tf
 
 
 def test_credentials_are_sensitive_variables(doc: dict, parameters: dict) -> None:
@@ -185,13 +224,13 @@ def test_runner_parameters_only_where_the_runner_runs(parameters: dict, kind: st
     assert declared == (list(RUNNER_PARAMETERS) if kind == "runner" else [])
 
 
-# --- the AgentAPI template: claude-code 4.x -------------------------------------------
+# --- the AgentAPI driver: claude-code 4.x ----------------------------------------------
 
 @pytest.fixture(scope="module")
 def claude_code() -> dict:
-    doc = load(KINDS["agentapi"])
+    doc = template("agentapi")
     modules = [body for body in named(doc, "module").values() if body.get("source") == CLAUDE_CODE_SOURCE]
-    assert len(modules) == 1, "the AgentAPI template must use the claude-code module exactly once"
+    assert len(modules) == 1, "the AgentAPI driver must use the claude-code module exactly once"
     return modules[0]
 
 
@@ -213,12 +252,12 @@ def test_web_app_slug_is_the_clients_default() -> None:
     # claude-code 4.x names its web app `ccw`; the client's default slug must agree, and the template
     # must not declare an app of that slug itself (duplicate slug).
     assert Settings.model_fields["agentapi_app_slug"].default == APP["agentapi"]
-    assert not [a for a in of_type(load(KINDS["agentapi"]), "resource", "coder_app").values()
+    assert not [a for a in of_type(template("agentapi"), "resource", "coder_app").values()
                 if a.get("slug") == APP["agentapi"]]
 
 
 def test_ai_prompt_is_the_spec(claude_code: dict) -> None:
-    assert claude_code["ai_prompt"] == parameter_ref(parameters_of(load(KINDS["agentapi"]))[SPEC])
+    assert claude_code["ai_prompt"] == parameter_ref(parameters_of(template("agentapi"))[SPEC])
 
 
 # --- the emulator's demo seed mirrors the template of its runtime ----------------------

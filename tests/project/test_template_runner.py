@@ -1,4 +1,5 @@
-"""templates/fleet-agent, the runner template: its app, the runner's environment, its start and stop scripts.
+"""templates/fleet-agent with the runner driver (modules/runner): its app, the runner's environment, its start and
+stop scripts.
 
 The HCL is read for the contract of specs/runner.md (no `terraform validate`
 here: no provider registry). The start and stop scripts are real shell run
@@ -19,19 +20,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hcl_reader import TEMPLATES, flag, load, merged, named, of_type, parameter_ref, parameters, validation
+from hcl_reader import TEMPLATES, flag, merged, named, of_type, parameter_ref, parameters, template, validation
 from processes import free_port
-from runners import HAS_SDK, needs_sdk
+from runners import needs_sdk
 
 import fleet_mcp
-from fleet_mcp.rules import MAX_COST, MAX_TURNS, MODEL, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC
+from fleet_mcp.fleet.rules import MAX_COST, MAX_TURNS, MODEL, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.runner.door import verifier_of
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.settings import Settings
 
 pytestmark = pytest.mark.system
 
-HERE = TEMPLATES / "fleet-agent"
+HERE = TEMPLATES / "fleet-agent" / "modules" / "runner"
 STATE_FILE = "/home/coder/.fleet-runner/state.json"
 # Read by start-runner.sh, not by the runner (which ignores unknown FLEET_RUNNER_ variables).
 SCRIPT_ONLY = {"FLEET_RUNNER_REQUIREMENT", "FLEET_RUNNER_GIT_AUTH_ID"}
@@ -39,7 +40,7 @@ SCRIPT_ONLY = {"FLEET_RUNNER_REQUIREMENT", "FLEET_RUNNER_GIT_AUTH_ID"}
 
 @pytest.fixture(scope="module")
 def doc() -> dict:
-    return load(HERE / "main.tf")
+    return template("runner")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def test_the_fleet_app(doc: dict, locals_: dict) -> None:
 
 
 def test_no_agentapi(doc: dict) -> None:
-    assert not named(doc, "module"), "the runner template needs no module (no AgentAPI, no claude-code 4.x)"
+    assert not named(doc, "module"), "the runner driver counts in no other module (no AgentAPI, no claude-code 4.x)"
     slugs = [a.get("slug") for a in of_type(doc, "resource", "coder_app").values()]
     assert Settings.model_fields["agentapi_app_slug"].default not in slugs
 
@@ -120,7 +121,7 @@ def test_the_runner_environment(doc: dict, locals_: dict) -> None:
         assert name.removeprefix("FLEET_RUNNER_").lower() in RunnerSettings.model_fields, f"{name}: no such setting"
     assert not {"CODER_AGENT_URL", "CODER_AGENT_TOKEN"} & set(env), "Coder gives the agent's processes these"
     assert locals_["workdir"] == "/home/coder/work"
-    assert parameter_ref(params[ROLE]) in locals_["system_prompt"]
+    assert parameter_ref(params[ROLE]) in locals_["role"] and "local.role" in locals_["system_prompt"]
     permission = named(doc, "variable")["permission_mode"]
     assert permission["default"] == RunnerSettings.model_fields["permission_mode"].default
 
@@ -233,7 +234,7 @@ def test_start_then_stop_a_real_runner(workspace: dict[str, str]) -> None:
 
 
 def test_a_runner_that_refuses_its_settings_fails_the_script(workspace: dict[str, str]) -> None:
-    # Coder's regex stops this; the runner refuses it too (exit 2), or refuses to start without the SDK (exit 2).
+    # Coder's regex stops this; the runner refuses it too (exit 2), before it loads the SDK.
     workspace["FLEET_RUNNER_MAX_TURNS"] = "0"
     state = Path(workspace["FLEET_RUNNER_STATE_FILE"]).parent
     try:
@@ -242,5 +243,5 @@ def test_a_runner_that_refuses_its_settings_fails_the_script(workspace: dict[str
         kill_left_over(state)
     assert done.returncode == 1
     assert "did not answer" in done.stderr, done.stderr
-    assert ("max_turns" if HAS_SDK else "claude-agent-sdk is missing") in done.stderr, done.stderr
+    assert "max_turns" in done.stderr, done.stderr
     assert "not restarting" in (state / "runner.log").read_text()

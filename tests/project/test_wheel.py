@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 UV = shutil.which("uv") or str(BIN / "uv")
 WAIT_S = 600  # a first build or install on a cold cache downloads; a loaded machine is slow
-TEMPLATES = ["fleet-agent/main.tf", "fleet-agent/start-runner.sh", "fleet-agent/stop-runner.sh",
-             "fleet-agent/README.md", "fleet-agent-agentapi/main.tf", "fleet-agent-agentapi/README.md"]
+TEMPLATES = ["fleet-agent/main.tf", "fleet-agent/README.md", "fleet-agent/modules/runner/main.tf",
+             "fleet-agent/modules/runner/start-runner.sh", "fleet-agent/modules/runner/stop-runner.sh"]
 
 
 def run(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -1,12 +1,15 @@
 """Which way app statuses reach Coder: through Coder's CLI (`coder exp mcp server`'s `coder_report_task`,
 over the agent socket) where the workspace has it, else through the deprecated PATCH route. The runner's
-reporter runs in-process against the emulator; the CLI is the emulator's, as its runner workspaces get it."""
+reporter runs in-process against the emulator (as in `fleet-mcp runner`, whose log it writes to); the CLI is the
+emulator's, as its runner workspaces get it."""
 
 from __future__ import annotations
 
 import asyncio
 import html
 import os
+import resource
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +23,7 @@ from runners import WAIT_S, served
 from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
-from fleet_mcp.emulator.runners.runtime import install_coder
+from fleet_mcp.emulator.runners.runtime import first_line, install_coder, spawn_coder_forks
 from fleet_mcp.runner.report import Reporter
 
 pytestmark = pytest.mark.system  # the CLI is a process
@@ -96,6 +99,32 @@ async def test_without_the_cli_or_its_agent_socket_the_patch_reports(fresh, tmp_
     assert fresh.get("/emulator/faults").json()["faults"][0]["fired"] == 1  # the CLI's ping, refused
 
 
+@pytest.mark.parametrize("code", [404, 405])
+async def test_a_status_route_coder_no_longer_serves_is_logged_once_and_clearly(fresh, monkeypatch, caplog, code):
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if not Path(p, "coder").exists()))
+    assert fresh.post("/emulator/faults", json={"match": PATCH, "kind": "status", "code": code}).status_code == 201
+    token = fresh.get(f"/emulator/agents/{WORKSPACE}/token").json()["token"]
+    reporter = Reporter(str(fresh.base_url), token, SLUG)
+    reporter.start()
+    try:
+        assert await reporter.route() == "patch"
+        for task in ("One", "Two"):  # two turns, as the runner reports them
+            reporter.working(task)
+            reporter.finished(f"{task} done", False, None)
+        deadline = time.monotonic() + WAIT_S
+        while fresh.get("/emulator/faults").json()["faults"][0]["fired"] < 6:  # working, complete, idle twice
+            assert time.monotonic() < deadline, "the reporter stopped reporting"
+            await asyncio.sleep(0.05)
+    finally:
+        await reporter.stop()
+    logged = [r.getMessage() for r in caplog.records if r.name == "fleet_mcp.runner"]
+    said = [line for line in logged if "no longer serves" in line]
+    assert len(said) == 1 and f"HTTP {code}" in said[0] and "UpdateAppStatus" in said[0]
+    assert not [line for line in logged if "could not report app status" in line]  # one line, not one per status
+    assert token not in str(logged)
+
+
 async def test_the_emulated_cli_names_its_tool_and_arguments_as_coders(fresh, tmp_path):
     coder_bin = tmp_path / "bin" / "coder"
     install_coder(coder_bin.parent)
@@ -112,3 +141,55 @@ async def test_the_emulated_cli_names_its_tool_and_arguments_as_coders(fresh, tm
         answer = await cli.call_tool("coder_report_task", {"summary": "Tests pass", "link": "", "state": "idle"})
         assert answer.data == {"message": "Thanks for reporting!"}
         assert await _statuses(fresh, 1) == [("idle", "Tests pass", "")]
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds of process `pid` and the children it has reaped (/proc/PID/stat utime..cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (those ended too, until it reaps them)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+async def test_the_cli_a_runner_workspace_forks_reports_the_same_for_a_fraction_of_a_process_start(fresh, tmp_path,
+                                                                                                     monkeypatch):
+    """The emulator's runner workspaces fork their `coder` from one process that imported it (coder_forks.py):
+    the same reports by the same route, at a few tenths of a second of CPU where a process of its own cost
+    2-3 s (importing fastmcp), half of what a runner workspace cost."""
+    bin_dir = tmp_path / "bin"
+    forks = spawn_coder_forks(bin_dir)
+    try:
+        assert first_line(forks, WAIT_S) == "ready"
+        install_coder(bin_dir, forked=True)
+        monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), os.environ["PATH"]]))
+        before = _cpu_s(forks.pid) + _children_cpu_s()
+        assert await _report_a_turn(fresh) == TURN
+        deadline = time.monotonic() + WAIT_S
+        # The CLI (here a copy the fork server made) ends with its client; once reaped, its CPU counts.
+        while _children(forks.pid) or set(_children(os.getpid())) - {forks.pid}:
+            assert time.monotonic() < deadline, "the forked CLI outlived its client"
+            await asyncio.sleep(0.05)
+        spent = _cpu_s(forks.pid) + _children_cpu_s() - before
+        assert _routes(fresh) == {"patch": 0, "agent_api": 4}  # the CLI's ping, then the three statuses
+        assert spent < 1.0, f"{spent:.2f} s of CPU for one CLI"
+    finally:
+        os.killpg(forks.pid, signal.SIGKILL)
+        forks.wait(WAIT_S)
+        for pipe in (forks.stdin, forks.stdout):
+            pipe.close()

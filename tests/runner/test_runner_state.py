@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from runners import runner_api
+from support import asgi_request
 
-from fleet_mcp.runner.store import PREVIEW_CHARS, Saved
+from fleet_mcp.runner.app import BadRequest, RunnerAPI
+from fleet_mcp.runner.report import Reporter
+from fleet_mcp.runner.session import Conversation
+from fleet_mcp.runner.settings import RunnerSettings
+from fleet_mcp.runner.store import PREVIEW_CHARS, Saved, Store
 from fleet_mcp.runner_wire import Changes, Message, Result
 
 AT = "2026-11-24T12:00:00.000Z"
@@ -64,3 +70,15 @@ async def test_a_huge_or_forged_output_stays_bounded_data(tmp_path):
         {k: v for k, v in plain.items() if k not in ("latest_output", "since")}
     assert (forged["state"], forged["pending"], forged["error"], forged["last_turn"]) == \
         ("starting", None, None, "succeeded")
+
+
+async def test_each_route_is_a_method_callable_alone(tmp_path):
+    """A route table over one class: `/result` and a refused `/message` answer without the app or a server."""
+    settings = RunnerSettings(workdir=tmp_path, state_file=tmp_path / "state.json")
+    Store(settings.state_path).save(said(("user", "Go"), results=[finished("Go")]))
+    api = RunnerAPI(Conversation(settings, Store(settings.state_path), Reporter(None, None, settings.app_slug)))
+    answer = await api.result(asgi_request("GET", "/result"))
+    assert json.loads(answer.body)["result"]["task"] == "Go"
+    with pytest.raises(BadRequest, match="content") as refused:
+        await api.message(asgi_request("POST", "/message", {"content": " "}))
+    assert (refused.value.status, refused.value.code) == (400, "bad_request")

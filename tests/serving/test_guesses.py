@@ -20,7 +20,8 @@ from support import ALICE_TOKEN, TOKEN
 
 from fleet_mcp.serving.guesses import Guesses, address_key
 from fleet_mcp.settings import Settings
-from fleet_mcp.serving.users import LIMITED, CoderTokens, Users, key_of
+from fleet_mcp.serving.tokens import LIMITED, CoderTokens
+from fleet_mcp.serving.users import Users, key_of
 
 USERS_ME = "GET /api/v2/users/{user}"
 PER_MINUTE = 10  # the default of FLEET_MCP_AUTH_REFUSALS_PER_MINUTE

@@ -167,7 +167,8 @@ def test_the_team_guide_quotes_the_nginx_configuration_the_tests_run():
 
 async def _verified(emulator, **settings):
     from fleet_mcp.settings import Settings
-    from fleet_mcp.serving.users import CoderTokens, Users
+    from fleet_mcp.serving.tokens import CoderTokens
+    from fleet_mcp.serving.users import Users
 
     values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
     users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))
@@ -201,7 +202,7 @@ async def test_a_checked_token_is_trusted_for_the_cache_time_then_asked_again(em
         await users.aclose()
 
 
-async def test_the_registry_is_bounded_and_one_user_has_one_budget(emulator):
+async def test_the_registry_is_bounded_and_one_user_has_one_meter(emulator):
     users, verifier = await _verified(emulator, max_users=2)
     next(u for u in emulator.backend.users.values() if u.username == "demo").tokens.add("second-token-of-demo")
     try:

@@ -21,7 +21,7 @@ from fleet_mcp.coder import errors as ce
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
-from fleet_mcp.serving.users import Services
+from fleet_mcp.serving.services import Services
 
 SMALL = {"request_timeout_s": 0.4, "connect_timeout_s": 0.2, "retry_budget_s": 0.6, "cancel_wait_s": 0.5,
          "delete_wait_s": 0.5, "create_adopt_wait_s": 0.4, "poll_interval_s": 0.05, "wait_poll_interval_s": 0.1}

@@ -25,7 +25,7 @@ class Counted(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-async def test_a_burst_of_waits_stays_within_the_users_budget(emulator):
+async def test_a_burst_of_waits_stays_within_the_users_rate_share(emulator):
     counted = Counted(emulator.app)
     settings = fleet_settings(rate_share=BUDGET / 512, wait_poll_interval_s=0.01, progress_interval_s=60)
     async with Client(build_server(settings, transport=counted)) as client:
@@ -50,7 +50,7 @@ async def test_a_burst_of_waits_stays_within_the_users_budget(emulator):
     assert all("error" in a for a in later)  # the minute is spent: nothing more until it has passed
 
 
-async def test_background_looks_stay_within_the_users_budget(emulator):
+async def test_background_looks_stay_within_the_users_rate_share(emulator):
     """tasks/get polled hard: past the user's share, looks answer from the listing last fetched."""
     from support import TasksClient
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+import re
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
-from fleet_mcp.rules import NAME_PATTERN, check_name, check_text, iso, paginate, valid_name
+from fleet_mcp.fleet.rules import NAME_PATTERN, check_name, check_text, paginate, valid_name
 from fleet_mcp.fleet.status import needs_attention
+from fleet_mcp.runner.store import now_iso as runner_now
+from fleet_mcp.times import iso, now_iso
 
 
 @pytest.mark.parametrize("name", ["a", "papi", "Sony", "agent-7", "a" * 20, "1x"])
@@ -53,6 +56,18 @@ def test_times_are_utc_with_z():
     # A time an agent names past what UTC holds (its offset carries it over a year's edge): the edge, not a fault.
     assert iso(datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-14)))) == "9999-12-31T23:59:59Z"
     assert iso(datetime(1, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=14)))) == "0001-01-01T00:00:00Z"
+
+
+def test_one_serializer_writes_each_precision_as_before():
+    """Tool answers say seconds; the runner's wire, the audit log and MCP Tasks milliseconds: one function, the
+    formats each wrote by hand before (`isoformat(timespec="milliseconds")` with `+00:00` made `Z`)."""
+    east = datetime(2026, 1, 5, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=1)))
+    assert iso(east, "milliseconds") == "2026-01-05T09:00:00.123Z"
+    assert iso(east.astimezone(UTC), "milliseconds") == east.astimezone(UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+    assert iso(datetime(2026, 1, 5, 9, 0, tzinfo=UTC), "milliseconds") == "2026-01-05T09:00:00.000Z"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", runner_now())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", now_iso())
 
 
 def history(*states: str) -> list[WorkspaceAppStatus]:

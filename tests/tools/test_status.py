@@ -41,6 +41,16 @@ READY_AGENT: dict[str, Any] = {}
 HEALTHY: dict[str, Any] = {}
 
 
+@pytest.mark.parametrize(("app", "kind"), [({"slug": "fleet"}, "runner"), (HEALTHY, "agentapi"),
+                                           ({"slug": "vscode"}, None)])
+def test_a_snapshot_carries_its_agent_and_driver_app(app: dict[str, Any], kind: str | None) -> None:
+    """The (agent, app) pair every status rule reads is found once, when the snapshot is taken."""
+    snap = Snapshot.of(workspace(agent=READY_AGENT, app=app), SLUGS)
+    assert snap.agent is not None and snap.agent.name == "main"
+    assert (snap.app.slug if snap.app else None, snap.kind) == (app.get("slug", "ccw") if kind else None, kind)
+    assert Snapshot.of(workspace("pending"), SLUGS).agent is None
+
+
 @pytest.mark.parametrize(("ws", "expected"), [
     (workspace("pending", number=1), ("busy", None)),  # a new agent's first build, queued: it holds its spec
     (workspace(agent={"status": "connecting"}, number=1), ("busy", None)),  # ...until its spec's turn is over
@@ -62,7 +72,7 @@ HEALTHY: dict[str, Any] = {}
     (workspace(agent=READY_AGENT, app=HEALTHY), ("ready", None)),
 ])
 def test_base_status(ws: Workspace, expected: tuple[str, str | None]) -> None:
-    found = base_status(ws, SLUGS)
+    found = base_status(Snapshot.of(ws, SLUGS))
     status, problem = found.value, found.problem
     assert status == expected[0]
     if expected[1] is None:
@@ -92,16 +102,18 @@ def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fr
     (app_status("working", -5), "starting"),  # stale: from the previous run
 ])
 def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> None:
-    assert list_status(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS).value == expected
+    assert list_status(Snapshot.of(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS)).value == expected
 
 
 def test_a_new_agent_is_busy_until_its_spec_reports() -> None:
     fresh = workspace(agent=READY_AGENT, app=HEALTHY, number=1)  # first build, nothing reported yet
-    assert list_status(fresh, SLUGS).value == "busy"
+    assert list_status(Snapshot.of(fresh, SLUGS)).value == "busy"
     restarted = workspace(agent=READY_AGENT, app=HEALTHY, number=3)  # resumed after a stop: no work waits,
-    assert list_status(restarted, SLUGS).value == "starting"  # and idle only once its program says it is up
+    # ...and idle only once its program says it is up
+    assert list_status(Snapshot.of(restarted, SLUGS)).value == "starting"
     up = workspace(agent=READY_AGENT, app=HEALTHY, number=3, latest=app_status("idle", 5))
-    assert (list_status(up, SLUGS).value, list_status(up, SLUGS).since) == ("idle", BUILT + timedelta(seconds=5))
+    idle = list_status(Snapshot.of(up, SLUGS))
+    assert (idle.value, idle.since) == ("idle", BUILT + timedelta(seconds=5))
 
 
 @pytest.mark.parametrize(("live", "unreachable", "expected"), [
@@ -113,11 +125,11 @@ def test_a_new_agent_is_busy_until_its_spec_reports() -> None:
 ])
 def test_live_status_asks_the_driver_only_when_ready(live: Live | None, unreachable: str | None,
                                                      expected: tuple[str, str | None]) -> None:
-    found = live_status(Snapshot(workspace(agent=READY_AGENT, app=HEALTHY), {}, live, unreachable), SLUGS)
+    found = live_status(Snapshot.of(workspace(agent=READY_AGENT, app=HEALTHY), SLUGS, {}, live, unreachable))
     assert found.value == expected[0] and (found.problem or "").startswith(expected[1] or "")
     assert found.source == ("driver" if live else "workspace agent")
-    stopped = Snapshot(workspace("stopped", "stop"), {}, Live("working"), None)
-    assert live_status(stopped, SLUGS).value == "stopped"  # the build wins over a stale live answer
+    stopped = Snapshot.of(workspace("stopped", "stop"), SLUGS, {}, Live("working"), None)
+    assert live_status(stopped).value == "stopped"  # the build wins over a stale live answer
 
 
 def reports(*states: str) -> list[WorkspaceAppStatus]:
@@ -168,5 +180,5 @@ def test_a_runner_prompt_is_read_from_the_uri_the_runner_sets_never_from_the_mes
 
 def test_a_workspace_being_deleted_is_deleting() -> None:
     for build in ("pending", "running", "deleting"):
-        assert base_status(workspace(build, "delete"), SLUGS).value == "deleting"
-    assert base_status(workspace("deleted", "delete"), SLUGS).value == "deleted"
+        assert base_status(Snapshot.of(workspace(build, "delete"), SLUGS)).value == "deleting"
+    assert base_status(Snapshot.of(workspace("deleted", "delete"), SLUGS)).value == "deleted"

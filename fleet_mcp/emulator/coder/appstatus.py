@@ -13,7 +13,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from .errors import CoderError
+from .errors import ErrorAnswer
 from .state import Agent, App, AppStatus, Workspace, new_id
 
 if TYPE_CHECKING:
@@ -39,11 +39,11 @@ _GO_ESCAPE = str.maketrans({"&": "&amp;", "'": "&#39;", "<": "&lt;", ">": "&gt;"
 def authenticate_agent(b: Backend, token: str | None) -> tuple[Workspace, Agent]:
     """The workspace and agent a token belongs to, refused as Coder refuses it (401)."""
     if not token:
-        raise CoderError(401, 'Cookie "coder_session_token" must be provided.')
+        raise ErrorAnswer(401, 'Cookie "coder_session_token" must be provided.')
     try:
         parsed = str(uuid.UUID(token))
     except ValueError:
-        raise CoderError(401, "Workspace agent token invalid.",
+        raise ErrorAnswer(401, "Workspace agent token invalid.",
                          f"An agent token must be a valid UUIDv4. (len {len(token)})") from None
     for ws in b.workspaces.values():
         if ws.deleted:
@@ -52,7 +52,7 @@ def authenticate_agent(b: Backend, token: str | None) -> tuple[Workspace, Agent]
             agent = next((a for a in build.agents if a.auth_token == parsed), None)
             if agent and _current(ws, i):
                 return ws, agent
-    raise CoderError(401, "Workspace agent not authorized.", UNREADABLE)
+    raise ErrorAnswer(401, "Workspace agent not authorized.", UNREADABLE)
 
 
 def _current(ws: Workspace, index: int) -> bool:
@@ -69,15 +69,15 @@ def patch_app_status(b: Backend, ws: Workspace, agent: Agent, body: object) -> A
     data = _decode(body)
     state = str(data.get("state", ""))
     if state.upper() not in {s.upper() for s in STATES}:
-        raise CoderError(400, "Failed to parse request.", f"Invalid state: {state}")
+        raise ErrorAnswer(400, "Failed to parse request.", f"Invalid state: {state}")
     message = str(data.get("message", ""))
     if len(message.encode()) > MAX_MESSAGE:
         detail = "Message must be less than 160 characters."
-        raise CoderError(400, "Message is too long.", detail, validations=[{"field": "message", "detail": detail}])
+        raise ErrorAnswer(400, "Message is too long.", detail, validations=[{"field": "message", "detail": detail}])
     slug = str(data.get("app_slug", ""))
     app = next((a for a in agent.apps if a.slug == slug), None)
     if app is None:
-        raise CoderError(400, "Failed to get workspace app.", f'No app found with slug "{slug}"')
+        raise ErrorAnswer(400, "Failed to get workspace app.", f'No app found with slug "{slug}"')
     return record_status(b, ws, agent, app, state.lower(), sanitize(message), str(data.get("uri", "")))
 
 
@@ -89,14 +89,14 @@ def update_app_status(b: Backend, ws: Workspace, agent: Agent, body: object) -> 
     message, state = str(data.get("message") or ""), str(data.get("state") or "")
     if len(message.encode()) > MAX_MESSAGE:
         detail = "Message must be less than 160 characters."
-        raise CoderError(400, "Message is too long.", detail, validations=[{"field": "message", "detail": detail}])
+        raise ErrorAnswer(400, "Message is too long.", detail, validations=[{"field": "message", "detail": detail}])
     if state not in {s.upper() for s in STATES}:
-        raise CoderError(400, "Invalid state provided.", f"invalid state: {state!r}", validations=[
+        raise ErrorAnswer(400, "Invalid state provided.", f"invalid state: {state!r}", validations=[
             {"field": "state", "detail": "State must be one of: complete, failure, working, idle."}])
     slug = str(data.get("slug") or "")
     app = next((a for a in agent.apps if a.slug == slug), None)
     if app is None:
-        raise CoderError(400, "Failed to get workspace app.", f'No app found with slug "{slug}"')
+        raise ErrorAnswer(400, "Failed to get workspace app.", f'No app found with slug "{slug}"')
     return record_status(b, ws, agent, app, state.lower(), sanitize(message), str(data.get("uri") or ""))
 
 
@@ -105,12 +105,12 @@ def _decode(body: object) -> dict:
     if body is None:
         return {}
     if not isinstance(body, dict):
-        raise CoderError(400, "Request body must be valid JSON.",
+        raise ErrorAnswer(400, "Request body must be valid JSON.",
                          f"json: cannot unmarshal {_json_kind(body)} into Go value of type agentsdk.PatchAppStatus")
     for name, expected in FIELDS.items():
         value = body.get(name)
         if value is not None and _json_kind(value) != GO_TYPES[expected].replace("bool", "boolean"):
-            raise CoderError(400, "Request body must be valid JSON.",
+            raise ErrorAnswer(400, "Request body must be valid JSON.",
                              f"json: cannot unmarshal {_json_kind(value).replace('boolean', 'bool')} into Go struct "
                              f"field PatchAppStatus.{name} of type {GO_TYPES[expected]}")
     return {k: v for k, v in body.items() if v is not None}

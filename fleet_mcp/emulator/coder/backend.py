@@ -1,7 +1,7 @@
 """The emulated Coder: in-memory state and Coder's rules, no HTTP.
 
 Routes call these methods with parsed input and serialize what they return;
-every refusal is a `CoderError` carrying Coder's status code and wording.
+every refusal is an `ErrorAnswer` carrying Coder's status code and wording.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import Counter, defaultdict, deque
 from datetime import datetime
 
 from ..clock import Clock
-from .errors import CoderError, invalid_uuid, not_found
+from .errors import ErrorAnswer, invalid_uuid, not_found
 from .lifecycle import Lifecycle, Timings
 from .schedule import Schedule, valid_ttl
 from .search import parse_templates_query, parse_workspaces_query
@@ -98,7 +98,7 @@ class Backend:
             for user in self.users.values():
                 if token in user.tokens:
                     return user
-        raise CoderError(401, "You are signed out or your session has expired. Please sign in again to continue.",
+        raise ErrorAnswer(401, "You are signed out or your session has expired. Please sign in again to continue.",
                          "An API key or session token is required." if not token else "API key is invalid or expired.")
 
     def check_rate(self, user: User, path: str) -> None:
@@ -111,7 +111,7 @@ class Backend:
             hits.popleft()
         if len(hits) >= RATE_LIMIT:
             retry = max(1, int(hits[0] + RATE_WINDOW - now + 0.999))
-            raise CoderError(429, f"You've been rate limited for sending more than {RATE_LIMIT} requests in 1m0s.",
+            raise ErrorAnswer(429, f"You've been rate limited for sending more than {RATE_LIMIT} requests in 1m0s.",
                              headers={"Retry-After": str(retry)})
         hits.append(now)
 
@@ -124,7 +124,7 @@ class Backend:
         for user in self.users.values():
             if ref in (user.id, user.username):
                 return user
-        raise CoderError(400, '"user" must be an existing uuid or username.', f'queried user="{ref}"')
+        raise ErrorAnswer(400, '"user" must be an existing uuid or username.', f'queried user="{ref}"')
 
     def organization(self, ref: str) -> Organization:
         for org in self.orgs.values():
@@ -192,7 +192,7 @@ class Backend:
         if not ws or not self._visible(actor, ws):
             raise not_found()
         if ws.deleted and not include_deleted:
-            raise CoderError(410, f'Workspace "{ws.id}" was deleted, you can view this workspace by specifying '
+            raise ErrorAnswer(410, f'Workspace "{ws.id}" was deleted, you can view this workspace by specifying '
                              "'?include_deleted=true' and trying again.")
         return ws
 
@@ -256,19 +256,19 @@ class Backend:
     def create_workspace(self, actor: User, owner_ref: str, body: dict, org: Organization | None = None) -> Workspace:
         owner = self.user(actor, owner_ref)
         if owner.id != actor.id and not self.is_owner(actor):
-            raise CoderError(403, "Unauthorized to create workspace.",
+            raise ErrorAnswer(403, "Unauthorized to create workspace.",
                              "You are unable to create a workspace in this organization. It is possible to have "
                              "access to the template, but not be able to create a workspace.")
         name = body.get("name")
         if not isinstance(name, str) or not name:
-            raise CoderError(400, "Validation failed.", validations=[
+            raise ErrorAnswer(400, "Validation failed.", validations=[
                 {"field": "name", "detail": "Validation failed for tag \"required\" with value: \"\""}])
         if len(name) > 32 or not NAME_RE.match(name) or name.lower() in ("new", "create"):
-            raise CoderError(400, "Validation failed.", validations=[
+            raise ErrorAnswer(400, "Validation failed.", validations=[
                 {"field": "name", "detail": f'Validation failed for tag "workspace_name" with value: "{name}"'}])
         template_id, version_id = body.get("template_id") or "", body.get("template_version_id") or ""
         if bool(template_id) == bool(version_id):
-            raise CoderError(400, "Validation failed.", validations=[
+            raise ErrorAnswer(400, "Validation failed.", validations=[
                 {"field": "template_id", "detail": "Validation failed for tag \"required_without\" with value: \"\""}
                 if not template_id else
                 {"field": "template_id", "detail": "Validation failed for tag \"excluded_with\" with value: "
@@ -276,25 +276,25 @@ class Backend:
         if version_id:
             version = self.versions.get(parse_uuid(version_id))
             if not version:
-                raise CoderError(400, f'Template version "{version_id}" doesn\'t exist.',
+                raise ErrorAnswer(400, f'Template version "{version_id}" doesn\'t exist.',
                                  validations=[{"field": "template_version_id", "detail": "template not found"}])
             template = self.templates[version.template_id]
         else:
             found = self.templates.get(parse_uuid(template_id))
             if not found:
-                raise CoderError(400, f'Template "{template_id}" doesn\'t exist.',
+                raise ErrorAnswer(400, f'Template "{template_id}" doesn\'t exist.',
                                  validations=[{"field": "template_id", "detail": "template not found"}])
             template = found
             version = self.versions[template.active_version_id]
         if org and template.organization_id != org.id:
-            raise CoderError(400, f'Template "{template.id}" doesn\'t exist.',
+            raise ErrorAnswer(400, f'Template "{template.id}" doesn\'t exist.',
                              validations=[{"field": "template_id", "detail": "template not found"}])
         if template.deprecated:
-            raise CoderError(403, f'Template "{template.name}" has been deprecated, and cannot be used to '
+            raise ErrorAnswer(403, f'Template "{template.name}" has been deprecated, and cannot be used to '
                              "create a new workspace.")
         if any(w.owner_id == owner.id and w.name.lower() == name.lower() and not w.deleted
                for w in self.workspaces.values()):
-            raise CoderError(409, f'Workspace "{name}" already exists.', validations=[
+            raise ErrorAnswer(409, f'Workspace "{name}" already exists.', validations=[
                 {"field": "name", "detail": "This value is already in use and should be unique."}])
         # Coder takes a TTL even from a template that disallows it; builds then use the template's.
         ttl = valid_ttl(body.get("ttl_ms"), template.default_ttl_ms, "Invalid Workspace Time to Shutdown.",
@@ -316,20 +316,20 @@ class Backend:
             raise not_found()
         transition = body.get("transition")
         if transition not in TRANSITIONS:
-            raise CoderError(400, "Validation failed.", validations=[
+            raise ErrorAnswer(400, "Validation failed.", validations=[
                 {"field": "transition", "detail": f'Validation failed for tag "oneof" with value: "{transition}"'}])
         if ws.deleted and transition != "delete":
-            raise CoderError(409, f"Cannot {transition} a deleted workspace!",
+            raise ErrorAnswer(409, f"Cannot {transition} a deleted workspace!",
                              "This workspace has been deleted and cannot be modified.")
         if body.get("orphan") and transition != "delete":
-            raise CoderError(400, "Orphan is only permitted when deleting a workspace.")
+            raise ErrorAnswer(400, "Orphan is only permitted when deleting a workspace.")
         if ws.latest_build.job.status in ("pending", "running", "canceling"):
-            raise CoderError(409, "A workspace build is already active.")
+            raise ErrorAnswer(409, "A workspace build is already active.")
         template = self.templates[ws.template_id]
         version_id = body.get("template_version_id") or ws.latest_build.template_version_id
         version = self.versions.get(parse_uuid(version_id))
         if not version or version.template_id != template.id:
-            raise CoderError(400, f'Template version "{version_id}" doesn\'t exist.',
+            raise ErrorAnswer(400, f'Template version "{version_id}" doesn\'t exist.',
                              validations=[{"field": "template_version_id", "detail": "template not found"}])
         preset = self._preset(version, body.get("template_version_preset_id") or ws.latest_build.preset_id)
         previous = dict(ws.latest_build.parameters)
@@ -361,7 +361,7 @@ class Backend:
         for preset in version.presets:
             if preset.id == preset_id:
                 return preset
-        raise CoderError(400, "Invalid template version preset.",
+        raise ErrorAnswer(400, "Invalid template version preset.",
                          f'preset "{preset_id}" not found for template version')
 
     @staticmethod
@@ -384,22 +384,22 @@ class Backend:
             elif spec.name in supplied:
                 value = supplied[spec.name]
                 if not first and not spec.mutable and prev is not None and value != prev:
-                    raise CoderError(400, fail, f'Parameter "{spec.name}" is not mutable, so it can\'t be updated '
+                    raise ErrorAnswer(400, fail, f'Parameter "{spec.name}" is not mutable, so it can\'t be updated '
                                      "after creating a workspace.")
             elif prev is not None and not spec.ephemeral:
                 value = prev
             elif spec.required:
-                raise CoderError(400, fail, f'Parameter "{spec.name}" is required but not provided')
+                raise ErrorAnswer(400, fail, f'Parameter "{spec.name}" is required but not provided')
             else:
                 value = spec.default_value
             if value == "" and not spec.required:
                 value = spec.default_value
             if spec.options and value not in [o["value"] for o in spec.options]:
                 values = ", ".join(f'"{o["value"]}"' for o in spec.options)
-                raise CoderError(400, fail, f"can't validate build parameter \"{spec.name}\": "
+                raise ErrorAnswer(400, fail, f"can't validate build parameter \"{spec.name}\": "
                                  f"parameter value must match one of options: [{values}]")
             if spec.validation_regex and spec.type == "string" and not re.search(spec.validation_regex, value):
-                raise CoderError(400, fail, spec.validation_error or
+                raise ErrorAnswer(400, fail, spec.validation_error or
                                  f'value "{value}" does not match "{spec.validation_regex}"')
             resolved.append((spec.name, value))
         return resolved
@@ -419,19 +419,19 @@ class Backend:
 
     def cancel_build(self, actor: User, build_id: str, expect_status: str = "") -> None:
         if expect_status and expect_status not in ("running", "pending"):
-            raise CoderError(400, f'Invalid expect_status "{expect_status}". Only \'running\' or \'pending\' '
+            raise ErrorAnswer(400, f'Invalid expect_status "{expect_status}". Only \'running\' or \'pending\' '
                              "are allowed.")
         ws, build = self.build(actor, build_id)
         template = self.templates[ws.template_id]
         if not template.allow_user_cancel_workspace_jobs and not self.is_owner(actor):
-            raise CoderError(403, "User is not allowed to cancel workspace builds. Owner role is required.")
+            raise ErrorAnswer(403, "User is not allowed to cancel workspace builds. Owner role is required.")
         job = build.job
         if job.status in ("succeeded", "failed", "canceled"):
-            raise CoderError(400, "Job has already completed!")
+            raise ErrorAnswer(400, "Job has already completed!")
         if job.status == "canceling":
-            raise CoderError(400, "Job has already been marked as canceled!")
+            raise ErrorAnswer(400, "Job has already been marked as canceled!")
         if expect_status and job.status != expect_status:
-            raise CoderError(412, "Job is not in the expected state.")
+            raise ErrorAnswer(412, "Job is not in the expected state.")
         self.lifecycle.cancel(build)
 
     def set_ttl(self, actor: User, workspace_id: str, body: dict) -> None:

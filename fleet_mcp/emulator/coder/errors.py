@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["CoderError", "NOT_FOUND", "invalid_uuid", "not_found"]
+__all__ = ["ErrorAnswer", "NOT_FOUND", "invalid_uuid", "not_found"]
 
 NOT_FOUND = "Resource not found or you do not have access to this resource"
 
 
-class CoderError(Exception):
+class ErrorAnswer(Exception):
     """An error answer: HTTP status plus Coder's `codersdk.Response` body."""
 
     def __init__(
@@ -34,9 +34,9 @@ class CoderError(Exception):
         return body
 
 
-def not_found() -> CoderError:
-    return CoderError(404, NOT_FOUND)
+def not_found() -> ErrorAnswer:
+    return ErrorAnswer(404, NOT_FOUND)
 
 
-def invalid_uuid(value: str) -> CoderError:
-    return CoderError(400, f'Invalid UUID "{value}".', f"invalid UUID length: {len(value)}")
+def invalid_uuid(value: str) -> ErrorAnswer:
+    return ErrorAnswer(400, f'Invalid UUID "{value}".', f"invalid UUID length: {len(value)}")

@@ -43,7 +43,7 @@ from starlette.routing import Route
 from ..agentapi.server import WORKSPACE_KEY, AgentAPI
 from .backend import Backend
 from ..agentapi.claude import SLUG, ClaudeCode
-from .errors import CoderError
+from .errors import ErrorAnswer
 from .routes import error_response, token_of
 from ..runners.runtime import HOP_BY_HOP, RUNNER_SLUG, Runners
 from .state import Agent, User, Workspace
@@ -268,7 +268,7 @@ class AppProxy:
         if user:
             try:
                 b.check_rate(user, target.path(request))
-            except CoderError as err:
+            except ErrorAnswer as err:
                 return error_response(err, b)
         found = self._lookup(request, target)
         if isinstance(found, Response):
@@ -325,7 +325,7 @@ class AppProxy:
         subdomain = bool(request.scope.get(SUBDOMAIN_KEY))
         try:
             return self.backend.authenticate(app_token_of(request, subdomain, self.backend.wildcard_hostname))
-        except CoderError:
+        except ErrorAnswer:
             return None  # Coder treats a bad token as none here: optional auth
 
     def _login(self, request: Request, target: Target) -> Response:

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from . import appstatus, views
 from .backend import Backend
-from .errors import CoderError
+from .errors import ErrorAnswer
 from .state import User
 
 __all__ = ["coder_routes", "endpoint", "error_response"]
@@ -21,7 +21,7 @@ __all__ = ["coder_routes", "endpoint", "error_response"]
 Handler = Callable[[Request, Backend, Any], Awaitable[Response]]  # Any: User, or None without auth
 
 
-def error_response(err: CoderError, backend: Backend) -> JSONResponse:
+def error_response(err: ErrorAnswer, backend: Backend) -> JSONResponse:
     return JSONResponse(err.body(), err.status, headers={**err.headers, **_version_header(backend)})
 
 
@@ -83,7 +83,7 @@ def endpoint(backend: Backend, method: str, path: str, handler: Handler, *, auth
                 user = backend.authenticate(token_of(request))
                 backend.check_rate(user, request.url.path)
             response = await handler(request, backend, user)
-        except CoderError as err:
+        except ErrorAnswer as err:
             return error_response(err, backend)
         response.headers.update(_version_header(backend))
         return response
@@ -96,13 +96,13 @@ async def read_any_json(request: Request) -> object:
     try:
         return json.loads(raw or b"null")
     except ValueError as exc:
-        raise CoderError(400, "Request body must be valid JSON.", str(exc)) from None
+        raise ErrorAnswer(400, "Request body must be valid JSON.", str(exc)) from None
 
 
 async def read_json(request: Request) -> dict:
     body = await read_any_json(request)
     if not isinstance(body, dict):
-        raise CoderError(400, "Request body must be valid JSON.", "expected a JSON object")
+        raise ErrorAnswer(400, "Request body must be valid JSON.", "expected a JSON object")
     return body
 
 
@@ -121,7 +121,7 @@ def pagination(request: Request) -> tuple[int, int]:
         except ValueError:
             errors.append({"field": name, "detail": f'Query param "{name}" must be a non-negative integer'})
     if errors:
-        raise CoderError(400, "Query parameters have invalid values.", validations=errors)
+        raise ErrorAnswer(400, "Query parameters have invalid values.", validations=errors)
     return values[0], values[1]
 
 
@@ -275,7 +275,7 @@ async def agent_rpc(request: Request, b: Backend, _: User | None) -> Response:
     if method == "UpdateAppStatus":
         appstatus.update_app_status(b, ws, agent, await read_any_json(request))
     elif method != "Ping":
-        raise CoderError(404, f"Unknown RPC {method[:40]!r}.")
+        raise ErrorAnswer(404, f"Unknown RPC {method[:40]!r}.")
     return JSONResponse({})
 
 
@@ -319,5 +319,5 @@ def coder_routes(b: Backend) -> list[Route]:
 
 def _not_found(b: Backend):
     async def run(request: Request) -> Response:
-        return error_response(CoderError(404, "Route not found."), b)
+        return error_response(ErrorAnswer(404, "Route not found."), b)
     return run

@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .errors import CoderError
+from .errors import ErrorAnswer
 from .state import Template, Workspace
 
 if TYPE_CHECKING:
@@ -33,15 +33,15 @@ TTL_MAX_MS = 30 * 24 * 60 * MINUTE_MS
 NOT_ALLOWED = "Custom autostop TTL is not allowed for workspaces using this template."
 
 
-def ttl_error(message: str, detail: str) -> CoderError:
-    return CoderError(400, message, validations=[{"field": "ttl_ms", "detail": detail}])
+def ttl_error(message: str, detail: str) -> ErrorAnswer:
+    return ErrorAnswer(400, message, validations=[{"field": "ttl_ms", "detail": detail}])
 
 
 def valid_ttl(raw: object, template_default_ms: int, message: str, struct: str) -> int | None:
     """Coder's `validWorkspaceTTLMillis`: None/0 is the template default (or no TTL), else whole minutes."""
     if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int | float)):
         kind = "string" if isinstance(raw, str) else "bool" if isinstance(raw, bool) else "object"
-        raise CoderError(400, "Request body must be valid JSON.",
+        raise ErrorAnswer(400, "Request body must be valid JSON.",
                          f"json: cannot unmarshal {kind} into Go struct field {struct}.ttl_ms of type int64")
     if not raw:
         return template_default_ms or None

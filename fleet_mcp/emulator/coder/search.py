@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from .errors import CoderError
+from .errors import ErrorAnswer
 
 __all__ = ["TemplateFilter", "WorkspaceFilter", "parse_templates_query", "parse_workspaces_query"]
 
@@ -56,8 +56,8 @@ def _terms(query: str) -> tuple[list[tuple[str, str]], str | None]:
     return pairs, (" ".join(bare) if bare else None)
 
 
-def _invalid(field_name: str, detail: str, message: str = "Invalid workspace search query.") -> CoderError:
-    return CoderError(400, message, validations=[{"field": field_name, "detail": detail}])
+def _invalid(field_name: str, detail: str, message: str = "Invalid workspace search query.") -> ErrorAnswer:
+    return ErrorAnswer(400, message, validations=[{"field": field_name, "detail": detail}])
 
 
 def _bool(key: str, value: str, errors: list[dict[str, str]]) -> bool | None:
@@ -130,7 +130,7 @@ def parse_workspaces_query(q: str) -> WorkspaceFilter:
         else:
             errors.append({"field": key, "detail": f'"{key}" is not a valid query param'})
     if errors:
-        raise CoderError(400, "Invalid workspace search query.", validations=errors)
+        raise ErrorAnswer(400, "Invalid workspace search query.", validations=errors)
     return f
 
 
@@ -191,5 +191,5 @@ def parse_templates_query(q: str) -> TemplateFilter:
         else:
             errors.append({"field": key, "detail": f'"{key}" is not a valid query param'})
     if errors:
-        raise CoderError(400, "Invalid template search query.", validations=errors)
+        raise ErrorAnswer(400, "Invalid template search query.", validations=errors)
     return f

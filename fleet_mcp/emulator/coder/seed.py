@@ -19,8 +19,8 @@ ROLE_PROMPTS = {role: f"You are {'an' if title[0] in 'AEIOU' else 'a'} {title}. 
 
 
 def fleet_parameters(runner: bool = False) -> list[ParameterSpec]:
-    """The five fleet parameters, as templates/fleet-agent declares them; `runner` adds the runner's
-    optional model and budget parameters (empty: the runner's defaults)."""
+    """The five fleet parameters, as templates/fleet-agent declares them; `runner` adds what its runner driver
+    declares: the optional model and budget parameters (empty: the runner's defaults) and the runner's key."""
     return [
         ParameterSpec("fleet_mcp_managed", type="bool", display_name="Fleet managed", default_value="false",
                       form_type="checkbox", description="Set to true only by fleet-mcp's create_agent."),

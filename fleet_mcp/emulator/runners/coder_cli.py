@@ -13,15 +13,17 @@ Departure: the agent socket and the agent behind it are one hop here: the emulat
 which is what a real agent forwards the socket's `UpdateAppStatus` to. The user-authenticated tools
 (workspaces, templates...) are not emulated: only the reporter.
 
-Run as `python -m fleet_mcp.emulator.runners.coder_cli exp mcp server ...` (the runtime puts a `coder`
-script doing so on each runner's PATH).
+Run as `python -m fleet_mcp.emulator.runners.coder_cli exp mcp server ...`, or forked by the emulator's fork
+server (coder_forks.py), which the `coder` on each runner's PATH (coder_relay.py) asks for a copy.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
+import ssl
 import sys
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -31,7 +33,7 @@ from pydantic import Field  # at module level: the tool's annotations are resolv
 if TYPE_CHECKING:
     from fastmcp import FastMCP
 
-__all__ = ["main"]
+__all__ = ["main", "preload"]
 
 TOOL = "coder_report_task"
 NOT_LOGGED_IN = "You are not logged in. Try logging in using 'coder login <url>'."
@@ -61,6 +63,12 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context a process: each client making its own loads the CA bundle again (tens of ms of CPU)."""
+    return httpx.create_ssl_context()
+
+
 class AgentSocket:
     """The workspace agent's Agent API, as the socket reaches it."""
 
@@ -69,7 +77,7 @@ class AgentSocket:
         self.headers = {"Coder-Session-Token": token}
 
     async def call(self, method: str, body: dict | None = None) -> None:
-        async with httpx.AsyncClient(base_url=self.base, headers=self.headers, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=self.base, headers=self.headers, timeout=10, verify=_tls()) as client:
             answer = await client.post(method, json=body or {})
         if not answer.is_success:
             raise RuntimeError(f"{method}: HTTP {answer.status_code}: {answer.text[:200]}")
@@ -144,6 +152,24 @@ def _add_reporter(mcp: FastMCP, socket: AgentSocket, slug: str) -> None:
         if report is not None:
             queue.put_nowait((report.state, report.summary, report.link))
         return {"message": "Thanks for reporting!"}
+
+
+def preload() -> None:
+    """Import what serving takes, by serving a listing and a refused report in memory (the fork server does, once
+    for every copy it forks: what fastmcp imports only as it serves would otherwise be imported by each copy)."""
+    import mcp.server.stdio  # noqa: F401 - what serving on stdio imports
+    from fastmcp import Client, FastMCP
+
+    server = FastMCP("Coder Agent")
+    _add_reporter(server, AgentSocket("http://127.0.0.1", ""), "preload")
+
+    async def serve_once() -> None:
+        async with Client(server) as client:
+            await client.list_tools()
+            await client.call_tool(TOOL, {"summary": "x" * 161, "link": "", "state": "idle"}, raise_on_error=False)
+
+    asyncio.run(serve_once())
+    _tls()
 
 
 def main(argv: list[str] | None = None) -> int:

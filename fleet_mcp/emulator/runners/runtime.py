@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder", "sweep"]
+__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder", "spawn_coder_forks",
+           "sweep"]
 
 log = logging.getLogger("fleet_mcp.emulator")
 
@@ -84,6 +85,8 @@ class Runners:
         self._wake: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
         self._reaper: subprocess.Popen | None = None
+        self._forks: subprocess.Popen | None = None  # the `coder` CLI's fork server (coder_forks.py)
+        self._forks_up: asyncio.Task[str] | None = None
         backend.lifecycle.listeners.append(self._on_lifecycle)
 
     # --- what the proxy asks ----------------------------------------------------
@@ -124,7 +127,12 @@ class Runners:
         await asyncio.to_thread(sweep, Path(tempfile.gettempdir()))
         self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-"))
         self._reaper = _spawn_reaper(self.root)
-        install_coder(self.root / BIN)  # as a workspace has Coder's CLI: `coder exp mcp server` reports
+        # As a workspace has Coder's CLI (`coder exp mcp server` reports): forked from one process that
+        # imported it, where a process of its own per runner cost half the runner's CPU.
+        self._forks = spawn_coder_forks(self.root / BIN)
+        self._tell(f"+{self._forks.pid}")
+        install_coder(self.root / BIN, forked=True)
+        self._forks_up = asyncio.create_task(asyncio.to_thread(first_line, self._forks, START_WAIT_S))
         self._wake = asyncio.Event()
         try:
             while True:
@@ -168,6 +176,8 @@ class Runners:
 
     async def _start(self, ws: Workspace, agent: Agent) -> None:
         assert self.root is not None
+        if self._forks_up is not None:  # listening before a runner may start its CLI (else a slow one starts)
+            await asyncio.shield(self._forks_up)
         disk = self.root / ws.id
         (disk / "home").mkdir(parents=True, exist_ok=True)
         (disk / "tmp").mkdir(exist_ok=True)
@@ -263,6 +273,10 @@ class Runners:
         await asyncio.gather(*(asyncio.to_thread(self._stop, p) for p in procs))
         for running in procs:
             self._tell(f"-{running.proc.pid}")
+        self._end_forks()
+        if self._forks_up is not None:  # its ready line read (or its end), before its pipe closes
+            with contextlib.suppress(Exception):
+                await self._forks_up
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -274,6 +288,13 @@ class Runners:
         for running in procs:
             self._stop(running)
             self._tell(f"-{running.proc.pid}")
+        self._end_forks()
+        forks, self._forks = self._forks, None
+        if forks is not None:
+            self._tell(f"-{forks.pid}")
+            for pipe in (forks.stdin, forks.stdout):
+                if pipe:
+                    pipe.close()
         if self.root:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
@@ -283,6 +304,13 @@ class Runners:
                 reaper.stdin.close()  # its cue: nothing is left to take down
             with contextlib.suppress(subprocess.TimeoutExpired):
                 reaper.wait(STOP_WAIT_S)
+
+    def _end_forks(self) -> None:
+        """Kill the CLI's fork server with the copies it forked (its process group)."""
+        if self._forks is not None and self._forks.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._forks.pid, signal.SIGKILL)
+            self._forks.wait(STOP_WAIT_S)
 
     def _tell(self, word: str) -> None:
         """One line to the reaper (a pipe write this short is atomic); a reaper gone changes nothing here."""
@@ -331,11 +359,16 @@ def _verifier(value: str) -> str:
     return value.split(".")[1] if "." in value else hashlib.sha256(value.encode()).hexdigest()
 
 
-def install_coder(bin_dir: Path) -> None:
-    """Write the `coder` executable a runner finds on its PATH (the emulated CLI: coder_cli.py)."""
+def install_coder(bin_dir: Path, forked: bool = False) -> None:
+    """Write the `coder` executable a runner finds on its PATH (the emulated CLI: coder_cli.py); `forked`: a
+    relay to the fork server listening in `bin_dir` (coder_forks.py), which runs it as a process of its own
+    when no fork server answers."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "coder"
-    script.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m fleet_mcp.emulator.runners.coder_cli \"$@\"\n")
+    relay = Path(__file__).with_name("coder_relay.py")
+    run = (f"'{sys.executable}' -I -S '{relay}' '{bin_dir}'" if forked else
+           f"'{sys.executable}' -m fleet_mcp.emulator.runners.coder_cli")
+    script.write_text(f"#!/bin/sh\nexec {run} \"$@\"\n")
     script.chmod(0o755)
 
 
@@ -345,6 +378,14 @@ def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "fleet_mcp", "runner", "--workdir", str(disk / "work")],
                                 cwd=disk / "work", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=errors, start_new_session=True)
+
+
+def spawn_coder_forks(bin_dir: Path) -> subprocess.Popen:
+    """The `coder` CLI's fork server (coder_forks.py) in a session of its own; it ends when its stdin does."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.runners.coder_forks", str(bin_dir)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 def _spawn_reaper(root: Path) -> subprocess.Popen:

@@ -26,7 +26,7 @@ class Meter:
     """Counts one user's Coder requests over the last minute (the event loop's clock)."""
 
     def __init__(self, share: float, per_minute: int = CODER_RATE_PER_MINUTE) -> None:
-        self.polling_budget = max(1, math.floor(share * per_minute))
+        self.polling_quota = max(1, math.floor(share * per_minute))
         self._times: deque[float] = deque()
         self.total = 0
 
@@ -48,9 +48,9 @@ class Meter:
         return len(self._times)
 
     def free_in(self) -> float:
-        """Seconds until a polling request fits in the budget (0 when it does now)."""
+        """Seconds until a polling request fits in the quota (0 when it does now)."""
         now = self._now()
-        over = len(self._times) - self.polling_budget
+        over = len(self._times) - self.polling_quota
         if over < 0:
             return 0.0
         return max(0.0, self._times[over] + WINDOW_S - now)
@@ -59,11 +59,11 @@ class Meter:
         """Let a polling call start, or refuse it with `unavailable` and a retry hint."""
         if (wait := self.free_in()) > 0:
             raise unavailable(
-                f"{what} would take this user's Coder requests over {self.polling_budget} in a minute (the share "
+                f"{what} would take this user's Coder requests over {self.polling_quota} in a minute (the share "
                 f"of Coder's {CODER_RATE_PER_MINUTE}/minute rate limit left to waiting); retry in {math.ceil(wait)} s.",
                 retry_after_s=math.ceil(wait))
 
     async def room(self) -> None:
-        """Wait until a polling request fits in the budget."""
+        """Wait until a polling request fits in the quota."""
         while (wait := self.free_in()) > 0:
             await asyncio.sleep(wait)

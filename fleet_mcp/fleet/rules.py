@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
 
-from .errors import FleetError
+from ..errors import FleetError
 
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
     "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_PATTERN", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
     "PATTERN_DEPTH", "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_DEPTH", "SCHEMA_MAX", "SPEC", "TASK",
-    "check_name", "check_result_schema", "check_text", "iso", "paginate", "valid_name",
+    "check_name", "check_result_schema", "check_text", "paginate", "valid_name",
 ]
 
 NAME_PATTERN = r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$"  # Coder's rule, as the tools' JSON Schema states it
@@ -38,17 +37,6 @@ BUILD_ACTIVE = ("pending", "running", "canceling")
 SCHEMA_MAX = 16_384  # bytes of a result_schema as JSON (the runner holds the same limit)
 SCHEMA_DEPTH = 64  # levels of objects and lists in a result_schema (an object property is two): real ones use a few
 PATTERN_DEPTH = 32  # nested groups in one of its patterns
-
-
-def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with `Z`, whatever offset Coder sent; a time past what UTC holds, its last second."""
-    if dt is None:
-        return None
-    try:
-        utc = dt.astimezone(UTC)
-    except OverflowError:  # an agent's own time, late on 9999-12-31 west of UTC or early on 0001-01-01 east
-        utc = datetime.max if dt.year > 1 else datetime.min
-    return utc.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def valid_name(name: str, most: int = MAX_WORKSPACE_NAME) -> bool:
