@@ -18,6 +18,14 @@ def _hanging(runner, api, name: str) -> tuple[str, dict]:
     return hang, state
 
 
+def test_a_runner_without_a_spec_waits_idle_and_asks_the_model_nothing(runner, api):
+    state = runner.state()  # the module's first test: the runner as it came up
+    assert (state["state"], state["turns"], state["queued"], state["current_task"]) == ("idle", 0, 0, None)
+    assert runner.messages() == [] and runner.results() == [] and runner.get("/result").json() == {"result": None}
+    assert api.model_requests() == []
+    assert "Traceback" not in runner.logs()
+
+
 def test_an_interrupt_mid_turn_ends_it_and_the_conversation_goes_on(runner, api):
     done = runner.state()["turns"]
     hang, _ = _hanging(runner, api, "interrupts")
