@@ -41,9 +41,9 @@ def build(repo: Path, files: int) -> None:
     git(repo, "commit", "-qm", "base")
 
 
-def change(repo: Path, changed: int, run: int) -> None:
+def change(repo: Path, files: int, changed: int, run: int) -> None:
     for j in range(changed):
-        i = (run * 997 + j * 89) % 10_000
+        i = (run * 997 + j * 89) % files
         path = repo / f"pkg{i // 100:03d}" / f"mod{i:05d}.py"
         if j % 10 == 0 and path.exists():
             path.unlink()
@@ -71,7 +71,7 @@ def main() -> int:
             t = time.perf_counter()
             asyncio.run(log.begin())
             begins.append((time.perf_counter() - t) * 1000)
-            change(repo, args.changed, run)
+            change(repo, args.files, args.changed, run)
             t = time.perf_counter()
             summary, why = asyncio.run(log.finish())
             finishes.append((time.perf_counter() - t) * 1000)

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,6 +23,34 @@ from processes import Emulated, Lines, child_pids, emulator_process, stop
 TOKEN = "bench-token"
 STANDIN = Path(__file__).with_name("standin.py")
 RUNNER_TEMPLATE = "fleet-runner"
+ERAS = {"initialize": "", "discover": "_2026"}  # protocol era -> suffix of its figures
+BARE_SERVER = textwrap.dedent('''\
+    import asyncio
+    import sys
+
+    from fastmcp import FastMCP
+
+    mcp = FastMCP("bare")
+
+
+    @mcp.tool
+    async def echo(text: str, wait_ms: float = 0) -> str:
+        """Say it back; with `wait_ms`, first wait that long idle (as a tool waiting on something else would)
+        and say how long the wait really took, in seconds."""
+        if not wait_ms:
+            return text
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.sleep(wait_ms / 1e3)
+        return f"{loop.time() - started:.6f}"
+
+
+    if __name__ == "__main__":
+        if "--transport" in sys.argv:  # --transport http --host H --port P
+            mcp.run(transport="http", host=sys.argv[4], port=int(sys.argv[6]), show_banner=False)
+        else:
+            mcp.run(transport="stdio", show_banner=False)
+    ''')
 
 
 def real_listing() -> Path | None:

@@ -3,53 +3,28 @@
 Each phase records the answers its calls need from the emulator first (the stand-in in `record`
 mode), then measures with the stand-in replaying them after the injected latency: the fleet's
 own work is what is left of a call's wall time once the time Coder held its requests is taken out.
+The stdio phases share one `fleet-mcp` process (`Bench.fleet`); cold starts spawn their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
-import textwrap
 import time
 from pathlib import Path
 
-from coder import Coder, call, http_session, stdio_session
+import http_cpu
+import overhead
+from coder import BARE_SERVER, ERAS, Coder, call, stdio_session
 from mcp import ClientSession
-from processes import clean_env, cpu_seconds, fleet_command, http_server, rss_kb
+from processes import clean_env, cpu_seconds, fleet_command, rss_kb
 
-BARE_SERVER = textwrap.dedent('''\
-    import asyncio
-    import sys
-
-    from fastmcp import FastMCP
-
-    mcp = FastMCP("bare")
-
-
-    @mcp.tool
-    async def echo(text: str, wait_ms: float = 0) -> str:
-        """Say it back; with `wait_ms`, first wait that long idle (as a tool waiting on something else would)
-        and say how long the wait really took, in seconds."""
-        if not wait_ms:
-            return text
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await asyncio.sleep(wait_ms / 1e3)
-        return f"{loop.time() - started:.6f}"
-
-
-    if __name__ == "__main__":
-        if "--transport" in sys.argv:  # --transport http --host H --port P
-            mcp.run(transport="http", host=sys.argv[4], port=int(sys.argv[6]), show_banner=False)
-        else:
-            mcp.run(transport="stdio", show_banner=False)
-    ''')
 POLL_GAP_S = 0.25  # requests further apart than this belong to different polls of wait_for_agents
 WAIT_TIMEOUT_S = 11  # long enough to see a first progress notification sent within 10 s
 QUICK_WAIT_TIMEOUT_S = 3  # --quick: a first progress later than this is not seen (the figure is then n/a)
 CHANGE_AFTER_S = (2.05, 2.7, 3.4)  # when the awaited agent stops: just after a poll (the worst case), mid, late
-ERAS = {"initialize": "", "discover": "_2026"}  # protocol era -> suffix of its figures
 ISSUE_13_TOOLS = ("wait_for_agents", "show_agents")
 
 
@@ -74,6 +49,25 @@ class Bench:
         self.bare_env = clean_env()
         self.fleet_env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token)
         self.tools: set[str] = set()
+        self.warm = 3 if args.smoke else 10  # calls before a CPU measure: lazily built validators, first-use imports
+        self.stack = contextlib.AsyncExitStack()
+        self.session: ClientSession | None = None
+        self.fleet_pid = 0
+        self.shown: dict[str, dict] = {}  # show_agent's answer for each agent of the fleet of 10 (the floors')
+        self.routes: dict[str, list[str]] = {}  # and the paths it asked Coder
+        self.listed: dict = {}  # list_agents' answer on that fleet
+
+    async def fleet(self) -> ClientSession:
+        """The stdio phases' `fleet-mcp` process, started and initialized on first use; stopped by `close`."""
+        if self.session is None:
+            self.session, self.fleet_pid = await self.stack.enter_async_context(
+                stdio_session(self.fleet_cmd, self.fleet_env, self.workdir))
+            await self.session.initialize()
+            self.tools = {t.name for t in (await self.session.list_tools()).tools}
+        return self.session
+
+    async def close(self) -> None:
+        await self.stack.aclose()
 
     async def timed(self, session: ClientSession, tool: str, **arguments) -> tuple[float, dict, dict]:
         """(wall seconds, the stand-in's counts, answer) of one call."""
@@ -94,16 +88,13 @@ class Bench:
         out: dict = {}
         names = self.coder.reseed(10)
         self.coder.record()
-        async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
-            await session.initialize()
-            self.tools = {t.name for t in (await session.list_tools()).tools}
-            for tool, arguments in [("list_agent_projects", {}), ("list_agents", {}),
-                                    *[("show_agent", {"agent_name": n}) for n in names],
-                                    ("create_agent", {"name": "made-0", "project": "fleet-demo", "spec": "Bench."})]:
-                await call(session, tool, **arguments)
-
-            out.update(await self.show_agent(session, names, calls, runs))
-            out.update(await self.create_agent(session, runs))
+        session = await self.fleet()
+        await call(session, "list_agent_projects")
+        self.listed = await call(session, "list_agents")
+        self.shown = {name: await call(session, "show_agent", agent_name=name) for name in names}
+        await call(session, "create_agent", name="made-0", project="fleet-demo", spec="Bench.")
+        out.update(await self.show_agent(session, names, calls, runs))
+        out.update(await self.create_agent(session, runs))
         out["standin_cost_ms"] = round(self.coder.own_cost_ms(200), 3)
         return out
 
@@ -113,11 +104,15 @@ class Bench:
         self.coder.replay(self.latency_ms)
         shows = []
         for i in range(calls + 3):
+            if i == 3:
+                before = cpu_seconds(self.fleet_pid)
             wall, stats, answer = await self.timed(session, "show_agent", agent_name=names[i % len(names)])
             self.misses(stats)
             if answer["agent"]["name"] != names[i % len(names)]:
                 raise RuntimeError(f"show_agent answered about {answer['agent']['name']}")
             shows.append((wall, stats))
+            self.routes[names[i % len(names)]] = [route.split(" ", 1)[1] for route in stats["routes"]]
+        out["show_agent_cpu_ms"] = round((cpu_seconds(self.fleet_pid) - before) * 1e3 / calls, 3)
         shows = shows[3:]
         out["tool_overhead_ms"] = ms(med(w - s["busy_ms"] / 1e3 for w, s in shows))
         out["show_agent_wall_ms"] = ms(med(w for w, _ in shows))
@@ -168,47 +163,48 @@ class Bench:
     async def list_sizes(self, sizes: list[int], runs: int) -> dict:
         """list_agents at each fleet size: wall, Coder requests, and the fleet's own time (wall - Coder's hold)."""
         out = {}
-        async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
-            for size in sizes:
-                self.coder.reseed(size)
-                self.coder.record()
-                if size == sizes[0]:
-                    await session.initialize()
-                await call(session, "list_agents")
-                self.coder.replay(self.latency_ms)
-                measured = []
-                for _ in range(runs):
-                    wall, stats, answer = await self.timed(session, "list_agents")
-                    self.misses(stats)
-                    if answer["total_count"] != size:
-                        raise RuntimeError(f"list_agents found {answer['total_count']} agents of {size}")
-                    measured.append((wall, stats))
-                requests = {s["requests"] for _, s in measured}
-                out[str(size)] = {"wall_ms": ms(med(w for w, _ in measured)), "coder_requests": max(requests),
-                                  "coder_requests_varied": len(requests) > 1,
-                                  "overhead_ms": ms(med(w - s["busy_ms"] / 1e3 for w, s in measured))}
+        session = await self.fleet()
+        for size in sizes:
+            self.coder.reseed(size)
+            self.coder.record()
+            await call(session, "list_agents")
+            self.coder.replay(self.latency_ms)
+            measured = []
+            for _ in range(runs):
+                wall, stats, answer = await self.timed(session, "list_agents")
+                self.misses(stats)
+                if answer["total_count"] != size:
+                    raise RuntimeError(f"list_agents found {answer['total_count']} agents of {size}")
+                measured.append((wall, stats))
+            requests = {s["requests"] for _, s in measured}
+            out[str(size)] = {"wall_ms": ms(med(w for w, _ in measured)), "coder_requests": max(requests),
+                              "coder_requests_varied": len(requests) > 1,
+                              "overhead_ms": ms(med(w - s["busy_ms"] / 1e3 for w, s in measured))}
         return {"list_agents": out}
 
-    async def bare_calls(self, calls: int) -> dict:
+    async def bare_calls(self, session: ClientSession, pid: int, calls: int) -> dict:
         """Median wall time of the bare server's trivial call over stdio (the MCP round trip alone), and what
-        is left of it when the call first waits idle for the injected latency (the wake-up after it)."""
+        is left of it when the call first waits idle for the injected latency (the wake-up after it), with
+        the server's CPU per such call."""
         out = {}
-        async with stdio_session(self.bare_cmd, self.bare_env, self.workdir) as (session, _):
-            await session.initialize()
-            for figure, wait_ms in (("bare_tool_call_ms", 0), ("bare_waiting_call_ms", self.latency_ms)):
-                walls = []
-                for _ in range(calls + 3):
-                    t0 = time.perf_counter()
-                    answer = await call(session, "echo", text="hi", wait_ms=wait_ms)
-                    waited = float(answer["result"]) if wait_ms else 0.0
-                    walls.append(time.perf_counter() - t0 - waited)
-                out[figure] = ms(med(walls[3:]))
+        for figure, wait_ms in (("bare_tool_call_ms", 0), ("bare_waiting_call_ms", self.latency_ms)):
+            walls = []
+            for i in range(calls + 3):
+                if i == 3:
+                    before = cpu_seconds(pid)
+                t0 = time.perf_counter()
+                answer = await call(session, "echo", text="hi", wait_ms=wait_ms)
+                waited = float(answer["result"]) if wait_ms else 0.0
+                walls.append(time.perf_counter() - t0 - waited)
+            out[figure] = ms(med(walls[3:]))
+        out["bare_waiting_call_cpu_ms"] = round((cpu_seconds(pid) - before) * 1e3 / calls, 3)
         return out
 
     # --- start-up and memory ------------------------------------------------------------
 
-    async def cold_start(self, kind: str, first_agent: str) -> tuple[float, int, float]:
-        """(spawn -> tools/list answered, VmRSS after three calls, CPU ms the server used until tools/list)."""
+    async def cold_start(self, kind: str, first_agent: str, then=None) -> tuple[float, int, float]:
+        """(spawn -> tools/list answered, VmRSS after three calls, CPU ms the server used until tools/list);
+        `then(session, pid)` runs after, on the same server."""
         command, env = (self.fleet_cmd, self.fleet_env) if kind == "fleet" else (self.bare_cmd, self.bare_env)
         t0 = time.perf_counter()
         async with stdio_session(command, env, self.workdir) as (session, pid):
@@ -222,20 +218,30 @@ class Bench:
                      if kind == "fleet" else [("echo", {"text": "hi"})] * 3)
             for tool, arguments in calls:
                 await call(session, tool, **arguments)
-            return started, rss_kb(pid), used
+            rss = rss_kb(pid)
+            if then is not None:
+                await then(session, pid)
+            return started, rss, used
 
-    async def cold_starts(self, runs: int) -> dict:
-        """Alternating spawns of the bare and the fleet server (the stand-in answering at the latency)."""
+    async def cold_starts(self, runs: int, calls: int) -> dict:
+        """Alternating spawns of the bare and the fleet server (the stand-in answering at the latency); the
+        first bare server then measures `bare_calls`."""
         self.coder.replay(self.latency_ms)
         seen: dict[str, list[tuple[float, int, float]]] = {"fleet": [], "bare": []}
+        out: dict = {}
+
+        async def bare_calls(session: ClientSession, pid: int) -> None:
+            out.update(await self.bare_calls(session, pid, calls))
+
         for i in range(runs):
             for kind in (("bare", "fleet") if i % 2 == 0 else ("fleet", "bare")):
-                seen[kind].append(await self.cold_start(kind, "bench-0001"))
+                then = bare_calls if kind == "bare" and i == 0 else None
+                seen[kind].append(await self.cold_start(kind, "bench-0001", then))
         self.misses(self.coder.stats())
         start = {k: med(s for s, _, _ in v) for k, v in seen.items()}
         mem = {k: med(r for _, r, _ in v) for k, v in seen.items()}
         busy = {k: med(c for _, _, c in v) for k, v in seen.items()}
-        return {"cold_start_ratio": round(start["fleet"] / start["bare"], 3),
+        return {**out, "cold_start_ratio": round(start["fleet"] / start["bare"], 3),
                 "cold_start_ms": {k: ms(v) for k, v in start.items()},
                 # CPU the server used until tools/list: less sensitive to other load on the machine.
                 "cold_start_cpu_ratio": round(busy["fleet"] / busy["bare"], 3),
@@ -243,30 +249,29 @@ class Bench:
                 "rss_ratio": round(mem["fleet"] / mem["bare"], 3),
                 "rss_kb": {k: int(v) for k, v in mem.items()}}
 
-    # --- server CPU per call over streamable HTTP -----------------------------------------
+    # --- server CPU per call over streamable HTTP, and the floors (issue 33) ----------------
 
-    async def server_cpu(self, calls: int) -> dict:
-        """CPU ms per call of the fleet's list_agents (10 agents) and the bare server's echo, over HTTP, in
-        each protocol era (the 2026-07-28 era's calls cost the server more); the ratio is the worse era's."""
-        self.coder.replay(0)
-        out: dict[str, float] = {}
-        for kind, command, env, tool, arguments in [
-                ("fleet_list_agents", self.fleet_cmd, self.fleet_env, "list_agents", {}),
-                ("bare_echo", self.bare_cmd, self.bare_env, "echo", {"text": "hi"})]:
-            with http_server(Path(self.workdir), command=command, env=env) as server:
-                for era, suffix in ERAS.items():
-                    async with http_session(server.url, era) as session:
-                        for _ in range(10):  # warm: lazily built validators, first-use imports
-                            answer = await call(session, tool, **arguments)
-                        before = cpu_seconds(server.proc.pid)
-                        for _ in range(calls):
-                            await call(session, tool, **arguments)
-                        out[kind + suffix] = round((cpu_seconds(server.proc.pid) - before) * 1e3 / calls, 3)
-            if kind == "fleet_list_agents" and answer["total_count"] != 10:
-                raise RuntimeError(f"list_agents found {answer['total_count']} agents of 10")
-        self.misses(self.coder.stats())
-        ratios = {suffix: out["fleet_list_agents" + suffix] / out["bare_echo" + suffix] for suffix in ERAS.values()}
-        return {"server_cpu_ms_per_call": out, "server_cpu_ratio": round(max(ratios.values()), 2)}
+    async def server_cpu(self, calls: int, breakdown: bool = False) -> dict:
+        """CPU ms per call of the fleet's list_agents (10 agents), its floor (`http_cpu`'s bare_listing) and
+        the bare server's echo, over HTTP, in each protocol era (the 2026-07-28 era's calls cost the server
+        more); the ratio is the worse era's, over the floor. `breakdown`: `http_cpu`'s other servers too."""
+        labels = http_cpu.SERVERS if breakdown else ("fleet", "bare_echo", "bare_listing")
+        figures = await http_cpu.breakdown(self.coder, self.workdir, self.listed, calls, labels, self.warm)
+        cpu = {name + suffix: figures[label][era] for label, name in (
+            ("fleet", "fleet_list_agents"), ("bare_echo", "bare_echo"), ("bare_listing", "bare_listing"))
+               for era, suffix in ERAS.items()}
+        out = {"server_cpu_ms_per_call": cpu, "server_cpu_ratio": http_cpu.ratio(figures, "fleet", "bare_listing")}
+        return {**out, "http_cpu": {"calls": calls, **figures}} if breakdown else out
+
+    async def overhead_floor(self, calls: int, breakdown: bool = False) -> dict:
+        """`overhead`'s bare_requests (a bare FastMCP server asking Coder what show_agent asks, at once,
+        through httpx) measured as show_agent's overhead is; `breakdown`: its bare_answer and
+        fleet_from_memory too."""
+        labels = ("bare_answer", "bare_requests", "fleet_from_memory") if breakdown else ("bare_requests",)
+        answers = {name: self.shown[name] for name in self.routes}
+        rows = await overhead.breakdown(self.coder, self.workdir, answers, self.routes, calls, self.latency_ms,
+                                        labels, self.warm)
+        return {"floors": {"bare_requests": rows.pop("bare_requests")}, **({"overhead": rows} if breakdown else {})}
 
     # --- real-sized answers (issue 23) ------------------------------------------------------
 
@@ -281,13 +286,9 @@ class Bench:
             workspace_bytes = self.coder.stats()["workspace_bytes_median"] if bodies == "real" else None
             self.coder.reseed(10)
             self.coder.record()
-            async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
-                await session.initialize()
-                await call(session, "list_agents")
+            self.listed = await call(await self.fleet(), "list_agents")
             cpu = await self.server_cpu(cpu_calls)
-            async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
-                await session.initialize()
-                wait = await self.wait_for_agents(session, runs)
+            wait = await self.wait_for_agents(await self.fleet(), runs)
             out[bodies] = {"list_agents": lists, **cpu, "workspace_bytes": workspace_bytes,
                            **{k: v for k, v in wait.items() if k in ("wait_requests_per_poll", "wait_polls",
                                                                      "wait_first_progress_s", "wait_seen_after_s")}}
@@ -304,15 +305,14 @@ class Bench:
         out["tools_missing"] = missing
         if len(missing) == len(ISSUE_13_TOOLS):
             return out
-        async with stdio_session(self.fleet_cmd, self.fleet_env, self.workdir) as (session, _):
-            await session.initialize()
-            for tool, measure in (("show_agents", self.show_agents), ("wait_for_agents", self.wait_for_agents)):
-                if tool in missing:
-                    continue
-                try:
-                    out.update(await measure(session, runs))
-                except Exception as exc:  # noqa: BLE001 - a failing new tool is a finding to print, not a crash
-                    out["errors"][tool] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        session = await self.fleet()
+        for tool, measure in (("show_agents", self.show_agents), ("wait_for_agents", self.wait_for_agents)):
+            if tool in missing:
+                continue
+            try:
+                out.update(await measure(session, runs))
+            except Exception as exc:  # noqa: BLE001 - a failing new tool is a finding to print, not a crash
+                out["errors"][tool] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return out
 
     async def show_agents(self, session: ClientSession, runs: int) -> dict:

@@ -5,7 +5,7 @@ bench's stand-in Coder (`bench/coder.py`), each driven by the mcp SDK's `ClientS
     python bench/overhead.py                 # the table, 300 calls each, Coder answering at once
     python bench/overhead.py --calls 1000 --latency-ms 20 --json
 
-- bare_echo: a bare FastMCP server's `echo` (`measures.BARE_SERVER`, the reference of `tool_overhead_ratio`);
+- bare_echo: a bare FastMCP server's `echo` (`coder.BARE_SERVER`, the reference of `tool_overhead_ratio`);
 - bare_answer: a bare FastMCP server whose `show_agent` answers show_agent's recorded answer (a `ShownAgent`,
   structured output) from a service injected by `Depends`: FastMCP's own cost of what show_agent uses;
 - bare_requests: bare_answer, but each call first asks the stand-in show_agent's own 3 requests at once with a
@@ -33,8 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
 
-from coder import Coder, call, coder, stdio_session
-from measures import BARE_SERVER
+from coder import BARE_SERVER, Coder, call, coder, stdio_session
 from processes import clean_env, cpu_seconds, fleet_command
 
 ANSWER_SERVER = textwrap.dedent('''\
@@ -108,18 +107,19 @@ FROM_MEMORY = textwrap.dedent('''\
     sys.exit(main())
     ''')
 WARM = 20
+SERVERS = ("bare_echo", "bare_answer", "bare_requests", "fleet_from_memory", "fleet")
 
 
 async def measured(stand_in: Coder, command: list[str], env: dict[str, str], workdir: str, tool: str,
-                   arguments: list[dict], calls: int, latency_ms: float, names: list[str]) -> dict:
-    """CPU ms per call and median overhead ms of `calls` calls (after WARM), the stand-in at `latency_ms`."""
+                   arguments: list[dict], calls: int, latency_ms: float, names: list[str], warm: int = WARM) -> dict:
+    """CPU ms per call and median overhead ms of `calls` calls (after `warm`), the stand-in at `latency_ms`."""
     async with stdio_session(command, env, workdir) as (session, pid):
         await session.initialize()
         if tool == "show_agent":
             for name in names:  # the answers from memory are made here, with the stand-in still replaying at once
                 await call(session, tool, agent_name=name)
         stand_in.replay(latency_ms)
-        for i in range(WARM):
+        for i in range(warm):
             await call(session, tool, **arguments[i % len(arguments)])
         before, overheads, asked, missed = cpu_seconds(pid), [], 0, []
         for i in range(calls):
@@ -138,6 +138,40 @@ async def measured(stand_in: Coder, command: list[str], env: dict[str, str], wor
             "requests_per_call": round(asked / calls, 2)}
 
 
+def servers(workdir: str, fleet_env: dict[str, str], answers: dict[str, dict], routes: dict[str, list[str]],
+            latency_ms: float) -> dict[str, tuple]:
+    """Each server's (command, env, tool, arguments), its scripts written into `workdir`: `answers` are
+    show_agent's for each agent, `routes` the paths it asked Coder for each."""
+    scripts = {}
+    for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("asking.py", BARE_REQUESTS),
+                       ("memory.py", FROM_MEMORY)):
+        scripts[name] = [sys.executable, str(Path(workdir, name))]
+        Path(workdir, name).write_text(text)
+    shows = [{"agent_name": name} for name in answers]
+    return {
+        "bare_echo": (scripts["bare.py"], clean_env(), "echo", [{"text": "hi", "wait_ms": latency_ms}]),
+        "bare_answer": (scripts["answer.py"], clean_env(ANSWERS=json.dumps(answers)), "show_agent", shows),
+        "bare_requests": (scripts["asking.py"], {**fleet_env, "ANSWERS": json.dumps(answers),
+                                                 "ROUTES": json.dumps(routes)}, "show_agent", shows),
+        "fleet_from_memory": (scripts["memory.py"], fleet_env, "show_agent", shows),
+        "fleet": (fleet_command(), fleet_env, "show_agent", shows),
+    }
+
+
+async def breakdown(stand_in: Coder, workdir: str, answers: dict[str, dict], routes: dict[str, list[str]],
+                    calls: int, latency_ms: float, labels=SERVERS, warm: int = WARM) -> dict[str, dict]:
+    """Each server in `labels` measured (`measured`), show_agent's answers for `answers`' agents recorded."""
+    chosen = servers(workdir, clean_env(CODER_URL=stand_in.url, CODER_SESSION_TOKEN=stand_in.token), answers,
+                     routes, latency_ms)
+    out = {}
+    for label in labels:
+        command, env, tool, arguments = chosen[label]
+        stand_in.replay(0)
+        out[label] = await measured(stand_in, command, env, workdir, tool, arguments, calls, latency_ms,
+                                    list(answers) if tool == "show_agent" else [], warm)
+    return out
+
+
 async def measure(args: argparse.Namespace) -> dict:
     with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-overhead-") as workdir:
         names = stand_in.reseed(10)
@@ -152,30 +186,13 @@ async def measure(args: argparse.Namespace) -> dict:
                 stand_in.clear()
                 await call(session, "show_agent", agent_name=name)
                 routes[name] = [r.split(" ", 1)[1] for r in stand_in.stats()["routes"]]
-        scripts = {}
-        for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("asking.py", BARE_REQUESTS),
-                           ("memory.py", FROM_MEMORY)):
-            scripts[name] = Path(workdir, name)
-            scripts[name].write_text(text)
-        shows = [{"agent_name": name} for name in names]
-        echo = [{"text": "hi", "wait_ms": args.latency_ms}]
-        servers = [
-            ("bare_echo", [sys.executable, str(scripts["bare.py"])], clean_env(), "echo", echo),
-            ("bare_answer", [sys.executable, str(scripts["answer.py"])], clean_env(ANSWERS=json.dumps(answers)),
-             "show_agent", shows),
-            ("bare_requests", [sys.executable, str(scripts["asking.py"])],
-             {**fleet_env, "ANSWERS": json.dumps(answers), "ROUTES": json.dumps(routes)}, "show_agent", shows),
-            ("fleet_from_memory", [sys.executable, str(scripts["memory.py"])], fleet_env, "show_agent", shows),
-            ("fleet", fleet_command(), fleet_env, "show_agent", shows),
-        ]
-        out: dict = {"latency_ms": args.latency_ms, "calls": args.calls}
-        for label, command, env, tool, arguments in servers:
-            stand_in.replay(0)
-            out[label] = await measured(stand_in, command, env, workdir, tool, arguments, args.calls,
-                                        args.latency_ms, names if tool == "show_agent" else [])
-    # tool_overhead_ratio as bench/run.py makes it, for the fleet and for the floor of a server asking the same
+        out: dict = {"latency_ms": args.latency_ms, "calls": args.calls,
+                     **await breakdown(stand_in, workdir, answers, routes, args.calls, args.latency_ms)}
+    # tool_overhead_ratio as bench/run.py made it before issue 33, for the fleet and for its floor
     for label in ("bare_requests", "fleet"):
         out[label]["ratio_to_bare_echo"] = round(out[label]["overhead_ms"] / out["bare_echo"]["overhead_ms"], 2)
+    out["fleet"]["ratio_to_bare_requests"] = round(out["fleet"]["overhead_ms"] / out["bare_requests"]["overhead_ms"],
+                                                   2)
     return out
 
 
@@ -190,11 +207,12 @@ def main() -> None:
         print(json.dumps(figures))
         return
     print(f"{args.calls} calls each over stdio, Coder's latency {args.latency_ms:g} ms")
-    for label in ("bare_echo", "bare_answer", "bare_requests", "fleet_from_memory", "fleet"):
+    for label in SERVERS:
         f = figures[label]
         print(f"{label:20s} CPU {f['cpu_ms']:6.3f} ms/call   overhead {f['overhead_ms']:6.3f} ms   "
               f"Coder requests {f['requests_per_call']:g}/call"
-              + (f"   {f['ratio_to_bare_echo']:.2f}x bare_echo's overhead" if "ratio_to_bare_echo" in f else ""))
+              + (f"   {f['ratio_to_bare_echo']:.2f}x bare_echo's overhead" if "ratio_to_bare_echo" in f else "")
+              + (f", {f['ratio_to_bare_requests']:.2f}x its floor's" if "ratio_to_bare_requests" in f else ""))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 
     python bench/run.py                  # the table (fleet sizes 10, 100, 1000)
     python bench/run.py --json           # one JSON object on one line
-    python bench/run.py --quick          # fleet sizes 10 and 100, few runs (the test, CI)
+    python bench/run.py --quick          # fleet sizes 10 and 100, few runs
+    python bench/run.py --breakdowns     # and where the overhead and the server CPU go (overhead.py, http_cpu.py)
+    python bench/run.py --smoke --breakdowns --json   # every figure at the fewest calls (the test; no measurement)
     python bench/run.py --latency-ms 20 --round-trip-latency-ms 100 --sizes 10,100 --runs 5
     python bench/run.py --changes        # only the runner's change summary on a 10,000-file repository
     python bench/run.py --real-sized     # only list, server CPU and wait on lean vs real-sized answers
@@ -11,19 +13,25 @@
 A `fleet-mcp emulator` process (real time) is the truth; `bench/standin.py` stands between it and
 the fleet server: it records the emulator's answers to the calls a phase makes, then serves them
 again from a dict after `--latency-ms` each, counting requests and the time it held them. The fleet
-server runs as `fleet-mcp` (stdio, or HTTP for the CPU figures) pointed at the stand-in, driven by the
-official `mcp` SDK client; the reference is a bare FastMCP server with one trivial tool, started the
-same way. The bench process imports neither fleet_mcp nor the emulator. Figures (targets in TARGETS):
+server runs as `fleet-mcp` (stdio: one process for every stdio phase, or HTTP for the CPU figures)
+pointed at the stand-in, driven by the official `mcp` SDK client; the references are bare FastMCP servers
+started the same way: one with one trivial tool, and the floors (issue 33), which ask Coder what the fleet
+asks through httpx and answer the fleet's recorded answer. The bench process imports neither fleet_mcp nor
+the emulator. Figures (targets in TARGETS):
 
 - tool_overhead_ms: median of show_agent's wall time minus the time the stand-in held its requests
   (at least one in its hands): latency x requests when they are sequential, less when concurrent;
   tool_overhead_at_0_ms: the same with no injected latency (the server never waits idle);
-  tool_overhead_ratio: tool_overhead_ms over what a bare server's call costs beyond the same idle wait.
+  tool_overhead_ratio: tool_overhead_ms over its floor's, floors.bare_requests (bench/overhead.py's server
+  asking show_agent's requests, measured the same way); show_agent_cpu_ms: the server's CPU per call.
 - show_agent_latencies (wall / latency), show_agent_requests, show_agent_round_trips (dependent
   round trips: wall / --round-trip-latency-ms, rounded), create_agent_requests (warm caches), and
   the requests each made (show_agent_routes, create_agent_routes).
-- server_cpu_ms_per_call over streamable HTTP: the fleet's list_agents (10 agents) and the bare
-  server's echo, from /proc/<pid>/stat before and after N calls; server_cpu_ratio.
+- server_cpu_ms_per_call over streamable HTTP: the fleet's list_agents (10 agents), its floor
+  (bare_listing: bench/http_cpu.py's server asking the same listing) and the bare server's echo, from
+  /proc/<pid>/stat before and after N calls; server_cpu_ratio: the fleet's over the floor's (floors.bare_listing).
+- with --breakdowns, `overhead` and `http_cpu`: every server of bench/overhead.py (at the injected latency;
+  its fleet and bare_echo rows are show_agent's and the bare waiting call's above) and bench/http_cpu.py.
 - cold_start_ratio (spawn -> tools/list), rss_ratio (after three calls): fleet over bare, medians
   of alternating runs; the fleet's start-up includes its Coder checks at the injected latency.
 - list_agents per fleet size: wall, Coder requests, the fleet's own time (overhead_ms).
@@ -59,7 +67,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
 
-from coder import coder, real_listing
+from coder import ERAS, coder, real_listing
 from measures import Bench
 from runner_agents import runner_agents
 
@@ -70,9 +78,10 @@ CHANGES = Path(__file__).resolve().parent / "changes.py"
 TARGETS = [
     ("show_agent_latencies", 2.5, "x latency", "issue 11"),
     ("create_agent_requests", 2, "requests", "issue 11"),
-    # issue 11's 3 ms sat below what waiting costs any server here: the reference is a bare call that waits as long
-    ("tool_overhead_ratio", 1.6, "x a bare call waiting as long", "issue 21"),
-    ("server_cpu_ratio", 2.5, "x bare", "issue 21"),
+    # issue 11's 3 ms sat below what waiting costs any server here; then a bare echo (issue 21): now the floor,
+    # a bare FastMCP server doing the same Coder requests through httpx
+    ("tool_overhead_ratio", 1.25, "x its floor, bare_requests", "issue 33"),
+    ("server_cpu_ratio", 1.25, "x its floor, bare_listing", "issue 33"),
     ("cold_start_ratio", 1.1, "x bare", "issue 11"),
     ("rss_ratio", 1.15, "x bare", "issue 11"),
     ("wait_requests_per_poll", 1, "requests", "issue 13"),
@@ -87,16 +96,19 @@ TARGETS = [
 NEEDS = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s": "wait_for_agents",
          "wait_seen_after_s": "wait_for_agents",
          "show_agents_20_latencies": "show_agents"}  # figure -> the tool it needs
+FLOORS = {"tool_overhead_ratio": "bare_requests", "server_cpu_ratio": "bare_listing"}  # ratio -> its floor
 MAX_LIST_REQUESTS = 3
+SMOKE_FILES = 200  # --smoke: the change summary's repository (git's speed is not measured, only that it runs)
 LIST_LATENCIES_AT_100 = 4
 
 
 async def measure(args: argparse.Namespace) -> dict:
     sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
-    cold_runs = args.runs or (2 if args.quick else 10)
-    runs = args.runs or (3 if args.quick else 7)
-    calls = 15 if args.quick else 50
-    cpu_calls = 150 if args.quick else 300  # /proc counts CPU in 10 ms ticks: 50 calls read 0.2 ms steps
+    cold_runs = args.runs or (1 if args.smoke else 2 if args.quick else 10)
+    runs = args.runs or (1 if args.smoke else 3 if args.quick else 7)
+    calls = 5 if args.smoke else 15 if args.quick else 50
+    # /proc counts CPU in 10 ms ticks: 50 calls read 0.2 ms steps; 30 still read a few ticks of a bare echo
+    cpu_calls = 30 if args.smoke else 150 if args.quick else 300
     load_before = os.getloadavg()[0]
     with coder() as stand_in, tempfile.TemporaryDirectory(prefix="fleet-bench-") as workdir:
         bench = Bench(args, stand_in, workdir)
@@ -105,36 +117,63 @@ async def measure(args: argparse.Namespace) -> dict:
             if real_listing() is None:
                 raise SystemExit("--real-sized needs the recorded listing: ../shared/reference or "
                                  "FLEET_MCP_REFERENCE_DIR")
-            async with asyncio.timeout(PHASE_TIMEOUT_S * 3):
-                result.update(await bench.real_sized(args.sizes or ([10, 100] if args.quick else [10, 1000]),
-                                                     runs, cpu_calls))
+            try:
+                async with asyncio.timeout(PHASE_TIMEOUT_S * 3):
+                    result.update(await bench.real_sized(args.sizes or ([10, 100] if args.quick else [10, 1000]),
+                                                         runs, cpu_calls))
+            finally:
+                await bench.close()
             result["machine"] = {**machine(), "loadavg_1min_before": round(load_before, 2),
                                  "loadavg_1min_after": round(os.getloadavg()[0], 2)}
             result["quick"] = bool(args.quick)
             return result
-        phases = {"calls": lambda: bench.calls(calls, runs), "cold_starts": lambda: bench.cold_starts(cold_runs),
-                  "server_cpu": lambda: bench.server_cpu(cpu_calls), "bare_calls": lambda: bench.bare_calls(calls),
+        # the floors right after `calls`: they ask what its show_agent calls asked, before any reseed
+        phases = {"calls": lambda: bench.calls(calls, runs),
+                  "overhead_floor": lambda: bench.overhead_floor(calls, args.breakdowns),
+                  "cold_starts": lambda: bench.cold_starts(cold_runs, calls),
+                  "server_cpu": lambda: bench.server_cpu(cpu_calls, args.breakdowns),
                   "list_sizes": lambda: bench.list_sizes(sizes, runs), "issue_13": lambda: bench.issue_13(runs),
-                  "runner_agents": lambda: runner_agents(bench, runs), "changes": lambda: changes(runs)}
+                  "runner_agents": lambda: runner_agents(bench, runs),
+                  "changes": lambda: changes(runs, SMOKE_FILES if args.smoke else None)}
         result["phase_s"] = {}
-        for name, phase in phases.items():
-            t0 = time.perf_counter()
-            async with asyncio.timeout(PHASE_TIMEOUT_S):
-                result.update(await phase())
-            result["phase_s"][name] = round(time.perf_counter() - t0, 1)
-    if result.get("tool_overhead_ms") is not None and result.get("bare_waiting_call_ms"):
-        result["tool_overhead_ratio"] = round(result["tool_overhead_ms"] / result["bare_waiting_call_ms"], 2)
-    result["targets"] = targets(result)
-    result["quick"] = bool(args.quick)
+        try:
+            for name, phase in phases.items():
+                t0 = time.perf_counter()
+                async with asyncio.timeout(PHASE_TIMEOUT_S):
+                    result.update(await phase())
+                result["phase_s"][name] = round(time.perf_counter() - t0, 1)
+        finally:
+            await bench.close()
     result["runs"] = {"cold_start": cold_runs, "calls": calls, "per_measure": runs, "cpu_calls": cpu_calls}
+    floors(result, args.breakdowns)
+    result["targets"] = targets(result)
+    result["quick"], result["smoke"] = bool(args.quick), bool(args.smoke)
     result["machine"] = {**machine(), "loadavg_1min_before": round(load_before, 2),
                          "loadavg_1min_after": round(os.getloadavg()[0], 2)}
     return result
 
 
-async def changes(runs: int) -> dict:
+def floors(r: dict, breakdowns: bool) -> None:
+    """Each floor beside the figures, the ratios to them; with `breakdowns`, overhead.py's five rows."""
+    cpu = r["server_cpu_ms_per_call"]
+    r["floors"]["bare_listing"] = {era: cpu["bare_listing" + suffix] for era, suffix in ERAS.items()}
+    floor = r["floors"]["bare_requests"]["overhead_ms"]
+    r["tool_overhead_ratio"] = round(r["tool_overhead_ms"] / floor, 2) if floor > 0 else None
+    if breakdowns:
+        r["overhead"] = {
+            "latency_ms": r["latency_ms"], "calls": r["runs"]["calls"],
+            "bare_echo": {"cpu_ms": r["bare_waiting_call_cpu_ms"], "overhead_ms": r["bare_waiting_call_ms"],
+                          "requests_per_call": 0.0},
+            "bare_answer": r["overhead"]["bare_answer"], "bare_requests": r["floors"]["bare_requests"],
+            "fleet_from_memory": r["overhead"]["fleet_from_memory"],
+            "fleet": {"cpu_ms": r["show_agent_cpu_ms"], "overhead_ms": r["tool_overhead_ms"],
+                      "requests_per_call": float(r["show_agent_requests"])}}
+
+
+async def changes(runs: int, files: int | None = None) -> dict:
     """bench/changes.py's figures (a process of its own: this one imports no fleet_mcp)."""
     proc = await asyncio.create_subprocess_exec(sys.executable, str(CHANGES), "--runs", str(runs),
+                                                *(["--files", str(files)] if files else []),
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     if proc.returncode != 0:
@@ -151,6 +190,8 @@ def targets(r: dict) -> dict:
         missing = NEEDS.get(name) in r.get("tools_missing", [])
         out[name] = {"value": value, "target": f"<= {limit:g} {unit}", "source": source,
                      "pass": None if missing else value is not None and value <= limit}
+        if name in FLOORS:
+            out[name]["floor"] = {"name": FLOORS[name], "value": r["floors"][FLOORS[name]]}
     lists = r.get("list_agents")
     if lists is None:
         return out
@@ -201,12 +242,16 @@ def table(r: dict) -> str:
         return label, value, t[name]["target"], verdict
 
     cpu, cold, mem = r["server_cpu_ms_per_call"], r["cold_start_ms"], r["rss_kb"]
+    floor = r["floors"]["bare_requests"]
     rows = [
         row("injected latency per Coder request", f"{r['latency_ms']:g} ms"),
         row("the stand-in's own cost per request", f"{r['standin_cost_ms']:.3f} ms round trip at no latency; "
             f"holds {r['standin_latency_error_ms']:+.2f} ms beyond the latency"),
-        row("tool overhead (show_agent wall - Coder's hold)", f"{r['tool_overhead_ms']:.2f} ms"),
-        row("  over a bare call that waits as long", f"{r['tool_overhead_ratio']:.2f}x", "tool_overhead_ratio"),
+        row("tool overhead (show_agent wall - Coder's hold)", f"{r['tool_overhead_ms']:.2f} ms; server CPU "
+            f"{r['show_agent_cpu_ms']:.2f} ms a call"),
+        row("  over its floor: bare FastMCP asking the same (httpx)",
+            f"{floor['overhead_ms']:.2f} ms (CPU {floor['cpu_ms']:.2f} ms a call) = "
+            + na(r["tool_overhead_ratio"], "{:.2f}x"), "tool_overhead_ratio"),
         row("  the same with Coder answering at once", f"{r['tool_overhead_at_0_ms']:.2f} ms"),
         row("  bare server's trivial call (stdio)", f"{r['bare_tool_call_ms']:.2f} ms; waiting idle "
             f"{r['latency_ms']:g} ms first: {r['bare_waiting_call_ms']:.2f} ms beyond the wait"),
@@ -216,10 +261,12 @@ def table(r: dict) -> str:
             f"{r['show_agent_requests']}, {r['show_agent_round_trips']} (at {r['round_trip_latency_ms']:g} ms)"),
         row("create_agent Coder requests (warm)", f"{r['create_agent_requests']} ({r['create_agent_wall_ms']:.1f} ms)",
             "create_agent_requests"),
-        row("server CPU per call over HTTP (list_agents 10 / bare)",
-            f"{cpu['fleet_list_agents']:.2f} / {cpu['bare_echo']:.2f} ms; 2026-07-28 era "
-            f"{cpu['fleet_list_agents_2026']:.2f} / {cpu['bare_echo_2026']:.2f} ms; worse {r['server_cpu_ratio']:.2f}x",
-            "server_cpu_ratio"),
+        row("server CPU per call over HTTP (list_agents 10 / floor / echo)",
+            f"{cpu['fleet_list_agents']:.2f} / {cpu['bare_listing']:.2f} / {cpu['bare_echo']:.2f} ms; 2026-07-28 era "
+            f"{cpu['fleet_list_agents_2026']:.2f} / {cpu['bare_listing_2026']:.2f} / {cpu['bare_echo_2026']:.2f} ms",
+            ""),
+        row("  over its floor: bare FastMCP asking the same listing (httpx)",
+            na(r["server_cpu_ratio"], "{:.2f}x (the worse era)"), "server_cpu_ratio"),
         row("cold start, spawn -> tools/list (fleet / bare)",
             f"{cold['fleet']:.0f} / {cold['bare']:.0f} ms = {r['cold_start_ratio']:.2f}x", "cold_start_ratio"),
         row("  CPU time until tools/list (fleet / bare)", "{:.0f} / {:.0f} ms = {:.2f}x".format(
@@ -256,14 +303,24 @@ def table(r: dict) -> str:
     ]
     header = ("measure", "value", "target", "")
     widths = [max(len(x[i]) for x in [*rows, header]) for i in range(3)]
+    kind = " (smoke: no measurement)" if r["smoke"] else " (quick)" if r["quick"] else ""
     title = (f"fleet-mcp benchmark, {m['date']}: {m['nproc']} x {m['cpu']}, {m['memory_gb']} GiB, "
-             f"Python {m['python']}{' (quick)' if r['quick'] else ''}; load average "
+             f"Python {m['python']}{kind}; load average "
              f"{m['loadavg_1min_before']:.2f} before, {m['loadavg_1min_after']:.2f} after")
     lines = [title, ""]
     for cells in [header, *rows]:
         lines.append("  ".join(c.ljust(widths[i]) if i < 3 else c for i, c in enumerate(cells)).rstrip())
     for tool in ("show_agent", "create_agent", "get_agent_result"):
         lines.append(f"\n{tool}'s Coder requests, in order:\n  " + "\n  ".join(r[f"{tool}_routes"]))
+    if "overhead" in r:
+        lines.append(f"\nwhere the overhead goes (bench/overhead.py's servers, stdio, latency {r['latency_ms']:g} ms):")
+        lines += [f"  {label:20s} CPU {f['cpu_ms']:6.3f} ms/call  overhead {f['overhead_ms']:6.3f} ms  "
+                  f"Coder requests {f['requests_per_call']:g}/call"
+                  for label, f in r["overhead"].items() if isinstance(f, dict)]
+    if "http_cpu" in r:
+        lines.append("\nwhere the server CPU goes (bench/http_cpu.py's servers, ms per call, each protocol era):")
+        lines += [f"  {label:28s} " + " / ".join(f"{ms:.3f}" for ms in f.values())
+                  for label, f in r["http_cpu"].items() if isinstance(f, dict)]
     if r["tools_missing"]:
         lines.append(f"\nn/a: the server does not list {', '.join(r['tools_missing'])} yet")
     for tool, error in r["errors"].items():
@@ -303,6 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     parser.add_argument("--quick", action="store_true", help="fleet sizes 10 and 100, few runs (~30 s)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="--quick at the fewest calls and runs that print every figure (the suite's check that "
+                             "the benchmark runs: its figures are no measurement)")
+    parser.add_argument("--breakdowns", action="store_true",
+                        help="also every server of bench/overhead.py and bench/http_cpu.py (where the overhead and "
+                             "the server CPU go), in this run")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="injected latency per request (default 20)")
     parser.add_argument("--round-trip-latency-ms", type=float, default=100.0,
                         help="latency while counting show_agent's dependent round trips (default 100)")
@@ -313,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per measure (default 10 cold starts, 7 otherwise; quick 2/3)")
     parser.add_argument("--changes", action="store_true", help="only the runner's change summary (issue 24)")
     args = parser.parse_args(argv)
+    args.quick = args.quick or args.smoke
     if args.latency_ms <= 0 or args.round_trip_latency_ms <= 0 or (
             args.sizes is not None and (not args.sizes or min(args.sizes) < 1)) or (args.runs is not None and
                                                                                     args.runs < 1):

@@ -6,7 +6,7 @@ changed files), the workspaces are the emulator's, of a template offering the ru
 
 from __future__ import annotations
 
-from coder import call, stdio_session
+from coder import call
 from measures import Bench, med, ms
 
 SHOW_AGENTS = 20
@@ -20,36 +20,35 @@ async def runner_agents(bench: Bench, runs: int) -> dict:
     routes, and its dependent round trips (wall / the round-trip latency, rounded)."""
     names = bench.coder.reseed(SHOW_AGENTS, runner=True)
     bench.coder.record()
-    async with stdio_session(bench.fleet_cmd, bench.fleet_env, bench.workdir) as (session, _):
-        await session.initialize()
-        await call(session, "show_agents", agent_names=names)
-        await call(session, "get_agent_result", agent_name=names[0])
+    session = await bench.fleet()
+    await call(session, "show_agents", agent_names=names)
+    await call(session, "get_agent_result", agent_name=names[0])
 
-        bench.coder.replay(bench.latency_ms)
-        walls, asked = [], []
-        for _ in range(runs):
-            wall, stats, answer = await bench.timed(session, "show_agents", agent_names=names)
-            bench.misses(stats)
-            glances = {a["name"]: {k: a.get(k) for k in GLANCE} for a in answer["agents"]}
-            if glances != dict.fromkeys(names, GLANCE):
-                raise RuntimeError(f"show_agents answered other glances: {str(glances)[:300]}")
-            walls.append(wall)
-            asked.append(stats["requests"])
-        results = []
-        for _ in range(runs):
-            wall, stats, answer = await bench.timed(session, "get_agent_result", agent_name=names[0])
-            bench.misses(stats)
-            if answer.get("driver") != "runner" or (answer.get("changes") or {}).get("files_total") != 3:
-                raise RuntimeError(f"get_agent_result answered no runner's changes: {str(answer)[:300]}")
-            results.append((wall, stats))
+    bench.coder.replay(bench.latency_ms)
+    walls, asked = [], []
+    for _ in range(runs):
+        wall, stats, answer = await bench.timed(session, "show_agents", agent_names=names)
+        bench.misses(stats)
+        glances = {a["name"]: {k: a.get(k) for k in GLANCE} for a in answer["agents"]}
+        if glances != dict.fromkeys(names, GLANCE):
+            raise RuntimeError(f"show_agents answered other glances: {str(glances)[:300]}")
+        walls.append(wall)
+        asked.append(stats["requests"])
+    results = []
+    for _ in range(runs):
+        wall, stats, answer = await bench.timed(session, "get_agent_result", agent_name=names[0])
+        bench.misses(stats)
+        if answer.get("driver") != "runner" or (answer.get("changes") or {}).get("files_total") != 3:
+            raise RuntimeError(f"get_agent_result answered no runner's changes: {str(answer)[:300]}")
+        results.append((wall, stats))
 
-        rt_latency = bench.args.round_trip_latency_ms
-        bench.coder.replay(rt_latency)
-        rt_walls = []
-        for _ in range(runs):
-            wall, stats, _ = await bench.timed(session, "get_agent_result", agent_name=names[0])
-            bench.misses(stats)
-            rt_walls.append(wall)
+    rt_latency = bench.args.round_trip_latency_ms
+    bench.coder.replay(rt_latency)
+    rt_walls = []
+    for _ in range(runs):
+        wall, stats, _ = await bench.timed(session, "get_agent_result", agent_name=names[0])
+        bench.misses(stats)
+        rt_walls.append(wall)
     return {"show_agents_20_runner_latencies": round(med(walls) * 1e3 / bench.latency_ms, 2),
             "show_agents_20_runner_wall_ms": ms(med(walls)),
             "show_agents_20_runner_requests": int(med(asked)),

@@ -16,6 +16,7 @@ from typing import Any
 from fastmcp import FastMCP
 from fastmcp.server.dependencies import get_context
 from fastmcp.tools import Tool
+from fastmcp.utilities.json_schema import dereference_refs
 from mcp.types import ToolAnnotations
 
 from . import deadlines
@@ -73,7 +74,12 @@ class ToolSpec:
 
     def tool(self) -> Tool:
         """The FastMCP tool: the function within its deadline, every failure a `FleetError`. The deadline is
-        passed to the function as its `deadline` argument, which the tool's schema leaves out."""
+        passed to the function as its `deadline` argument, which the tool's schema leaves out. Made once per
+        process (parsing the function into schemas is most of building a server), a copy each server."""
+        return self._made.model_copy()
+
+    @functools.cached_property
+    def _made(self) -> Tool:
         fn, deadline = self.fn, self.deadline
 
         @functools.wraps(fn)
@@ -88,7 +94,9 @@ class ToolSpec:
 
         made = Tool.from_function(guarded(call), title=self.title, tags={"read" if self.reads_only else "write"},
                                   annotations=ToolAnnotations.model_validate(self.hints))
-        return made.model_copy(update={"output_schema": nullable_as_type(made.output_schema)})
+        # Inlined here, once: FastMCP's listing inlines every `$ref` of every tool on each tools/list otherwise.
+        output = made.output_schema and dereference_refs(nullable_as_type(made.output_schema))
+        return made.model_copy(update={"parameters": dereference_refs(made.parameters), "output_schema": output})
 
 
 TOOLS: tuple[ToolSpec, ...] = (

@@ -1,29 +1,31 @@
-"""Builds the FastMCP app; its lifespan opens and closes the Coder client (and the audit log)."""
+"""Builds the FastMCP app; its lifespan, composed of one part for each thing it holds open with FastMCP's `|`,
+opens and closes the Coder client (or each caller's) and the audit log."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastmcp import FastMCP
-from fastmcp.server.lifespan import lifespan
+from fastmcp.server.lifespan import Lifespan, lifespan
 from fastmcp.server.middleware import Middleware
 
 from . import __version__
-from .settings import Settings
-from .serving.services import Services
-from .serving.tokens import CoderTokens
-from .serving.users import Users
 from .errors import Envelope
 from .registry import TOOLS, instructions, register
+from .serving.services import Services
 from .serving.tasks import FleetTasks
+from .serving.tokens import CoderTokens
+from .serving.users import Users
+from .settings import Settings
 
-__all__ = ["build_server"]
+if TYPE_CHECKING:
+    from .serving.audit import AuditLog
+
+__all__ = ["audited", "build_server", "each_callers", "one_client"]
 
 log = logging.getLogger("fleet_mcp")
 
@@ -42,7 +44,8 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
     """
     withheld = [spec.name for spec in TOOLS if not spec.reads_only] if settings.read_only else []
     middleware: list[Middleware] = [Envelope(withheld)]
-    audit = None
+    users = Users(settings, transport, stopping) if settings.auth == "coder" else None
+    coder = each_callers(users) if users is not None else one_client(settings, transport, stopping)
     if settings.audit_log is not None:
         from .serving.audit import AuditLog
 
@@ -51,30 +54,50 @@ def build_server(settings: Settings, *, transport: httpx.AsyncBaseTransport | No
                                                              settings.runner_secret],
                          user=user)
         middleware.insert(0, audit)
-    users = Users(settings, transport, stopping) if settings.auth == "coder" else None
-
-    @lifespan
-    async def open_client(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
-        with audit.opened() if audit else nullcontext():
-            try:
-                if users is not None:
-                    try:
-                        yield {"users": users}
-                    finally:
-                        await users.aclose(finish_s=FINISH_S)
-                else:
-                    services = Services.open(settings, transport, stopping)
-                    async with services.client:
-                        try:
-                            yield {"services": services}
-                        finally:
-                            await services.fleet.builds.finish(FINISH_S)
-            finally:
-                log.info("Coder client closed")
-
-    mcp = FastMCP("fleet-mcp", version=__version__, lifespan=open_client, middleware=middleware,
+        coder = audited(audit) | coder  # opened before the client, closed after it
+    mcp = FastMCP("fleet-mcp", version=__version__, lifespan=coder, middleware=middleware,
                   auth=CoderTokens(users) if users is not None else None)
     mcp.instructions = instructions(register(mcp, read_only=settings.read_only), read_only=settings.read_only)
     if settings.tasks != "off":
         mcp.add_extension(FleetTasks(settings.tasks, settings.wait_poll_interval_s))
     return mcp
+
+
+def one_client(settings: Settings, transport: httpx.AsyncBaseTransport | None,
+               stopping: asyncio.Event | None) -> Lifespan:
+    """The server's own `Services` (`{"services"}`), on its token: their Coder client open while it serves."""
+    @lifespan
+    async def services_open(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        try:
+            services = Services.open(settings, transport, stopping)
+            async with services.client:
+                try:
+                    yield {"services": services}
+                finally:
+                    await services.fleet.builds.finish(FINISH_S)
+        finally:
+            log.info("Coder client closed")
+    return services_open
+
+
+def each_callers(users: Users) -> Lifespan:
+    """Per-user mode's registry (`{"users"}`): every caller's Coder client closed when the server stops."""
+    @lifespan
+    async def users_open(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield {"users": users}
+        finally:
+            try:
+                await users.aclose(finish_s=FINISH_S)
+            finally:
+                log.info("Coder client closed")
+    return users_open
+
+
+def audited(audit: AuditLog) -> Lifespan:
+    """The audit log's file, held open while the server serves."""
+    @lifespan
+    async def audit_open(server: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        with audit.opened():
+            yield {}
+    return audit_open

@@ -27,6 +27,11 @@ from urllib.parse import urlsplit
 import yaml
 from jsonschema import Draft7Validator, FormatChecker
 
+try:
+    import jsonschema_rs
+except ImportError:  # a venv made before it joined the test extra: every body is judged by jsonschema alone
+    jsonschema_rs = None
+
 REFERENCE_ENV = "FLEET_MCP_REFERENCE_DIR"
 
 # Where Coder's app proxy mounts a workspace app (path-based apps); AgentAPI's
@@ -120,6 +125,18 @@ def _format_checker() -> FormatChecker:
         return True
 
     return checker
+
+
+def _fast_formats() -> dict[str, Callable[[str], bool]]:
+    """The formats of :func:`_format_checker` for jsonschema-rs, which checks every format it knows unless told:
+    the others pass, as with jsonschema."""
+    checker = _format_checker()
+    passes: dict[str, Callable[[str], bool]] = {
+        name: lambda value: True for name in ("email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+                                              "uri", "uri-reference", "iri", "iri-reference", "uri-template",
+                                              "json-pointer", "relative-json-pointer", "regex", "date", "time",
+                                              "duration")}
+    return passes | {name: functools.partial(checker.conforms, format=name) for name in ("uuid", "date-time")}
 
 
 def _with_null(kind: Any) -> Any:
@@ -237,6 +254,7 @@ class SwaggerValidator:
             routes.append(_Route(template, spec_key, pattern, specificity))
         self._routes = sorted(routes, key=lambda route: route.specificity)
         self._validators: dict[Any, Draft7Validator] = {}
+        self._fast: dict[Any, Any] = {}
 
     # -- schema plumbing -------------------------------------------------
 
@@ -254,6 +272,18 @@ class SwaggerValidator:
             document = {"definitions": self._definitions, "allOf": [schema]}
             self._validators[key] = Draft7Validator(document, format_checker=self._format_checker)
         return self._validators[key]
+
+    def _conforms(self, key: Any, schema: Any, body: Any) -> bool:
+        """Whether `body` validates, by jsonschema-rs (the same draft, formats and document, some 20 times
+        faster on a workspace list): a body it passes is valid; one it fails, jsonschema (the Python one)
+        judges and names the problems."""
+        if jsonschema_rs is None:
+            return False
+        if key not in self._fast:
+            document = {"definitions": self._definitions, "allOf": [schema]}
+            self._fast[key] = jsonschema_rs.Draft7Validator(
+                document, validate_formats=self._format_checker is not None, formats=_fast_formats())
+        return self._fast[key].is_valid(body)
 
     def _resolve_raw(self, schema: Any) -> Any:
         while isinstance(schema, dict) and "$ref" in schema:
@@ -349,7 +379,10 @@ class SwaggerValidator:
             return []
         if body is None and self.lenient and not self._is_array(schema) and schema is not NULL_SCHEMA:
             return [f"{where}: body is null or missing, the spec documents {self._describe(schema)}"]
-        validator = self._validator((method, route.spec_path, status), schema)
+        key = (method, route.spec_path, status)
+        if self._conforms(key, schema, body):
+            return []
+        validator = self._validator(key, schema)
         problems = [
             _shorten(f"{where}: at {error.json_path}: {error.message}")
             for error in sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))

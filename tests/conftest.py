@@ -11,8 +11,8 @@ import pytest
 
 from conformance import Conformance
 from fleet_mcp.emulator import Emulator
-from support import (ALICE_TOKEN, SPAWNS, TOKEN, CheckedTransport, Tools, client_for, count_spawns, fleet_settings,
-                     subdomain_apps_only)
+from support import (ALICE_TOKEN, SPAWNS, TOKEN, CheckedTransport, Tools, check_each_schema_once, client_for, count_spawns,
+                     fleet_settings, subdomain_apps_only)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -24,6 +24,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[Conformance.KEY] = Conformance.load()
     count_spawns()
+    check_each_schema_once()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -54,6 +54,27 @@ def count_spawns() -> None:
     subprocess.Popen.__init__ = counted  # type: ignore[method-assign]
 
 
+def check_each_schema_once() -> None:
+    """The MCP client checks a tool's output schema against JSON Schema's metaschema in every session, before
+    its first call of that tool (12-40 ms a tool, more than the call); whether a schema is valid is the
+    schema's own property, so here it is checked once per distinct schema in a process (a failure each time)."""
+    from jsonschema.validators import Draft202012Validator
+
+    check = Draft202012Validator.check_schema
+    if getattr(check, "once", False):
+        return
+    valid: set[str] = set()
+
+    def check_schema(cls, schema, *args, **kwargs) -> None:
+        key = json.dumps(schema, sort_keys=True, default=repr)
+        if key not in valid:
+            check(schema, *args, **kwargs)
+            valid.add(key)
+
+    check_schema.once = True  # type: ignore[attr-defined]
+    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign,assignment]
+
+
 APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from .builds import Builds
@@ -18,29 +17,28 @@ from ..coder import errors as ce
 from ..coder.client import CoderClient
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
-    Driver, DriverError, Live, Message, Pending, Slugs, Unkeyed, Unreachable, driver_app, driver_for, same_reach,
-    screen_prompt,
+    Driver, DriverError, Live, Message, Slugs, Unkeyed, Unreachable, driver_app, driver_for, same_reach,
 )
 from ..drivers.keys import SECRET_SETTING, KeyProblem, key_of
 from ..errors import FleetError, bad_request, not_found, unavailable
 from ..models import (
-    Agent, AgentList, AgentLog, AgentSummary, LogMessage, Metadata, PendingPrompt,
-    Projects, Roles, ShownAgent, Task, TaskHistory,
+    AgentList, AgentLog, AgentSummary, LogMessage, Projects, Roles, ShownAgent, Task, TaskHistory,
 )
+from .answers import agent_answer, facts, last_activity, with_screen_prompt
 from .asks import confirmed_all
 from .projects import Catalog
 from .reads import nothing, own_problem, prefetch, quietly
 from .rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, MODEL, PR_LINK, PROJECT, ROLE, RUNNER_KEY, SPEC, TASK,
+    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, RUNNER_KEY, TASK,
     paginate, valid_name,
 )
 from ..settings import Settings
 from ..times import iso
 from .status import (
-    RUNNER_PROMPT_URI, Ready, Snapshot, Status, base_status, list_status, live_status, needs_attention, reported_task,
+    RUNNER_PROMPT_URI, Ready, Snapshot, base_status, list_status, live_status, needs_attention, reported_task,
 )
 
-__all__ = ["Fleet", "agent_answer", "facts", "last_activity", "prompt", "why_unreachable", "with_screen_prompt"]
+__all__ = ["Fleet", "why_unreachable"]
 
 PARAMS_KEPT = 4096  # builds whose parameters are remembered, ~1 KB each
 READY_KEPT = 1_000  # agents whose driver is remembered between reads
@@ -300,55 +298,3 @@ def _ends_same_turn(statuses: list[WorkspaceAppStatus], i: int) -> bool:
     status, older = statuses[i], statuses[i + 1] if i + 1 < len(statuses) else None
     return (status.state == "idle" and older is not None and older.state in ("complete", "failure")
             and (status.message, status.uri) == (older.message, older.uri))
-
-
-def last_activity(ws: Workspace) -> datetime | None:
-    """When the agent last reported anything, or else when its workspace last changed."""
-    times = [t for t in (ws.latest_app_status.created_at if ws.latest_app_status else None,
-                         ws.latest_build.updated_at, ws.latest_build.created_at) if t]
-    return max(times) if times else None
-
-
-def facts(status: Status) -> dict[str, Any]:
-    """The status fields every answer about an agent carries."""
-    return {"status": status.value, "status_source": status.source, "status_since": iso(status.since),
-            "last_turn": status.last_turn, "last_turn_error": status.last_turn_error,
-            "pending": prompt(status.pending) if status.value == "needs_input" else None}
-
-
-def prompt(pending: Pending | None) -> PendingPrompt | None:
-    """A pending prompt as the tools show it."""
-    if pending is None:
-        return None
-    return PendingPrompt(prompt_id=pending.id, tool=pending.tool, input=pending.input,
-                         input_truncated=pending.truncated, input_chars=pending.chars, digest=pending.digest,
-                         summary=pending.summary, asked_at=iso(pending.since))
-
-
-def with_screen_prompt(status: Status, driver: Driver | None, messages: list[Message] | None) -> Status:
-    """An AgentAPI agent in needs_input, with the prompt its screen shows (named by the screen's digest)."""
-    known = status.pending is not None and status.pending.id is not None
-    if status.value != "needs_input" or known or driver is None or driver.kind != "agentapi":
-        return status
-    shown = screen_prompt(messages or [])
-    return replace(status, pending=shown) if shown else status
-
-
-def agent_answer(ws: Workspace, params: dict[str, str], status: Status, current: str | None,
-                 statuses: list[WorkspaceAppStatus], *, problem: str | None = None, driver: Driver | None = None,
-                 live: Live | None = None) -> Agent:
-    """The answer about one agent, built in this one place (`problem`: the status's own when not given)."""
-    pr = next((s.uri for s in statuses if s.uri and PR_LINK.match(s.uri)), None)
-    project = params.get(PROJECT) or ws.template_name
-    model = params.get(MODEL) or (live.model if live else None) or None
-    return Agent(
-        name=ws.name, workspace_id=ws.id, workspace_status=ws.latest_build.status, role=params.get(ROLE, ""),
-        project=project, spec=params.get(SPEC, ""), current_task=current, created_at=iso(ws.created_at) or "",
-        updated_at=iso(ws.updated_at or ws.created_at) or "", **facts(status),
-        problem=problem if problem is not None else status.problem,
-        driver=driver.kind if driver else None,
-        model=model, total_cost_usd=live.cost_usd if live and driver and driver.kind == "runner" else None,
-        last_activity_at=iso(last_activity(ws)),
-        metadata=Metadata(fleet_mcp_agent_name=ws.name, fleet_mcp_role=params.get(ROLE, ""), fleet_mcp_project=project,
-                          fleet_mcp_agent_spec=params.get(SPEC, ""), fleet_mcp_current_task=current,
-                          fleet_mcp_pull_request_url=pr, fleet_mcp_model=params.get(MODEL) or None))

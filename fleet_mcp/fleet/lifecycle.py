@@ -14,7 +14,8 @@ from ..coder.client import Transition
 from ..coder.schemas import RichParameter, Template, Workspace
 from ..drivers.keys import new_parameter
 from ..errors import FleetError, bad_request, unexpected
-from .agents import Fleet, agent_answer
+from .agents import Fleet
+from .answers import agent_answer
 from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .reads import settle
 from .rules import (

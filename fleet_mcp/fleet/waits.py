@@ -18,7 +18,8 @@ from .rate import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
-from .agents import Fleet, prompt, with_screen_prompt
+from .agents import Fleet
+from .answers import prompt, with_screen_prompt
 from .asks import confirmed_all
 from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
 from .reads import own_problem, prefetch

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastmcp import Client
+from fastmcp import Client, FastMCP
+from fastmcp.server.lifespan import ComposedLifespan
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
 from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp.serving.audit import MAX_DEPTH, MAX_ITEMS, MAX_LINE, MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
-from fleet_mcp.server import build_server
+from fleet_mcp.server import audited as audit_lifespan
+from fleet_mcp.server import build_server, one_client
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
 RUNNER_SECRET = "runner-s3cret-for-the-audit-test"
@@ -248,3 +250,22 @@ async def test_arguments_nested_deep_or_wide_at_every_level_stay_within_a_line(a
     assert inner == f"…(a list of 1 items, nested over {MAX_DEPTH} deep)", inner
     assert second["arguments"].startswith("…(cut: ") and f"over {MAX_LINE})" in second["arguments"], second
     assert all(len(line.encode()) <= MAX_LINE for line in audit_path.read_text(encoding="utf-8").splitlines())
+
+
+async def test_the_lifespan_composes_the_audit_log_and_the_coder_client(emulator, audit_path):
+    """Each thing the server holds open is one lifespan, composed with FastMCP's `|`: the log opens first and
+    closes last, around the Coder client."""
+    class Closing(httpx.ASGITransport):
+        closed_with_log_open: bool | None = None
+
+        async def aclose(self) -> None:
+            self.closed_with_log_open = log.is_open
+            await super().aclose()
+
+    log = AuditLog(audit_path, secrets=[], user=None)
+    transport = Closing(app=emulator.app)
+    composed = audit_lifespan(log) | one_client(fleet_settings(), transport, None)
+    assert isinstance(composed, ComposedLifespan)
+    async with composed(FastMCP("t")) as context:
+        assert log.is_open and (await context["services"].client.me()).username == "demo"
+    assert transport.closed_with_log_open is True and not log.is_open

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from support import TOOLS
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -81,3 +82,15 @@ async def test_every_answer_still_matches_its_schema(tools, emulator):
         jsonschema.validate(answer, schemas[name])
     assert answers["show_agents"]["agents"][1]["error"]["error"] == "not_found"
     assert answers["show_agent"]["agent"]["problem"] is None  # a null where the schema says ["string", "null"]
+
+
+def test_the_clients_schema_check_made_once_a_schema_still_refuses_a_bad_one_each_time():
+    """support.check_each_schema_once keeps only successes: a bad schema fails every session's check."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import Draft202012Validator
+
+    for _ in range(2):
+        with pytest.raises(SchemaError):
+            Draft202012Validator.check_schema({"type": 12})
+    Draft202012Validator.check_schema({"type": "object"})
+    Draft202012Validator.check_schema({"type": "object"})
