@@ -18,9 +18,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
-from tests.runners import needs_sdk
+from tests.runners import needs_sdk, runner_emulator
 from tests.support import (
     APP_HOST,
     TOKEN,
@@ -109,9 +108,7 @@ async def test_an_impostor_on_an_agentapi_port_never_sees_the_token(emulator, co
 @needs_sdk
 @pytest.mark.parametrize(("app_mode", "auth"), [("path", "token"), ("subdomain", "coder")])
 async def test_an_impostor_on_a_runner_port_never_sees_the_token_but_gets_the_runner_key(conformance, app_mode, auth):
-    from fleet_mcp.emulator import REAL_TIME
-
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner")
+    emulator = runner_emulator()
     if app_mode == "subdomain":
         subdomain_apps_only(emulator)
     wait = {"timeout_s": 90}
