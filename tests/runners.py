@@ -190,10 +190,13 @@ def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[Scri
 
 
 @asynccontextmanager
-async def runner_api(tmp_path: Path, saved: Saved | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def runner_api(tmp_path: Path, saved: Saved | None = None,
+                     door: bool = False) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the runner's own routes (`build_app`) in this process, its state file holding `saved`: what
-    `fleet-mcp runner` answers, without Claude Code (the session, started by the lifespan, never runs)."""
+    `fleet-mcp runner` answers, without Claude Code (the session, started by the lifespan, never runs). With
+    `door`, behind the runner's door as `fleet-mcp runner` serves them, the client holding the fleet's key."""
     from fleet_mcp.runner.app import build_app
+    from fleet_mcp.runner.door import Door, verifier_of
     from fleet_mcp.runner.report import Reporter
     from fleet_mcp.runner.session import Conversation
     from fleet_mcp.runner.settings import RunnerSettings
@@ -204,7 +207,10 @@ async def runner_api(tmp_path: Path, saved: Saved | None = None) -> AsyncIterato
     if saved is not None:
         store.save(saved)
     app = build_app(Conversation(settings, store, Reporter(None, None, settings.app_slug)))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runner") as client:
+    if door:
+        app = Door(app, verifier_of(RUNNER_KEY), settings.host_patterns)  # type: ignore[assignment]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:4300",
+                                 headers={"X-Fleet-Runner-Key": RUNNER_KEY} if door else {}) as client:
         yield client
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -82,6 +82,22 @@ def subdomain_apps_only(emulator: Emulator) -> None:
     """The emulator as a Coder run with `--wildcard-access-url '*.apps.example.test' --disable-path-apps`."""
     emulator.backend.wildcard_hostname = f"*.{APP_HOST}"
     emulator.backend.disable_path_apps = True
+
+
+@contextmanager
+def emulator_thread(token: str = TOKEN) -> Iterator[Emulator]:
+    """An emulator on real time (as `fleet-mcp emulator` runs it), served on a loopback port (its `url`) from a thread of this process: the Coder
+    of servers under test where the emulator's own process is not what a test is about (it saves that
+    process's start-up, a second of CPU)."""
+    from fleet_mcp.emulator import REAL_TIME
+    from fleet_mcp.emulator.app import in_background
+
+    emulator = Emulator(token=token, virtual=False, timings=REAL_TIME)
+    close = in_background(emulator)
+    try:
+        yield emulator
+    finally:
+        close()
 
 
 def client_for(emulator: Emulator, conformance: Conformance, token: str | None = TOKEN) -> httpx.AsyncClient:
