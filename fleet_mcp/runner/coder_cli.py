@@ -10,14 +10,13 @@ CLI, which delivers it over the socket at once and logs (to its stderr) what the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import asyncio
 import importlib
 import logging
 import os
 import shutil
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mcp import ClientSession
