@@ -16,10 +16,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from fleet_mcp import __version__
 from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, refusal
 from tests.support import TOOLS, emulator_thread
-
-from fleet_mcp import __version__
 
 pytestmark = pytest.mark.system
 
