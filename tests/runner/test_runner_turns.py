@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from runners import WAIT_S, needs_sdk, served
-from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
+from tests.runners import WAIT_S, needs_sdk, served
+from tests.support import TOKEN
 
 pytestmark = [pytest.mark.system, needs_sdk]
 SPEC = "Write the plan [[edit:plan.md]]"
