@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the process helpers and the clients
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the process helpers and the clients
 
-from load_clients import ROUND, load, seed_clients, summary
-from processes import SERVER, clean_env, cpu_seconds, emulator_process, http_server
+from tests.load_clients import ROUND, load, seed_clients, summary
+from tests.processes import SERVER, clean_env, cpu_seconds, emulator_process, http_server
 
 
 def run(clients: int, calls: int, timeout_s: float) -> dict:

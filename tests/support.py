@@ -1,7 +1,7 @@
 """Helpers the tests share: tokens, clients to the emulator, the fleet's tools through MCP.
 
 Plain functions and classes (fixtures live in conftest.py), importable as
-`from support import ...` from any test module.
+`from tests.support import ...` from any test module.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from conformance import Conformance
 from fleet_mcp.emulator import Emulator
+from tests.conformance import Conformance
 
 TOKEN = "demo-token"
 ALICE_TOKEN = "demo-token-alice"
@@ -72,7 +72,7 @@ def check_each_schema_once() -> None:
             valid.add(key)
 
     check_schema.once = True  # type: ignore[attr-defined]
-    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign,assignment]
+    Draft202012Validator.check_schema = classmethod(check_schema)
 
 
 APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this

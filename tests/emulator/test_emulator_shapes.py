@@ -6,8 +6,9 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from coder_spec import RecordedShapes, load_cassette, missing_keys, reference_dir
-from support import client_for, create_workspace, template_named
+
+from tests.coder_spec import RecordedShapes, load_cassette, missing_keys, reference_dir
+from tests.support import client_for, create_workspace, template_named
 
 pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
 

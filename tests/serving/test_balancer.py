@@ -23,13 +23,20 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from processes import (
-    WAIT_S, Running, audit_lines, free_port, nginx_binary, nginx_process, per_user_server, pid_with_port,
-)
-from support import TOKEN, Tools, http_tools
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import in_background
+from tests.processes import (
+    WAIT_S,
+    Running,
+    audit_lines,
+    free_port,
+    nginx_binary,
+    nginx_process,
+    per_user_server,
+    pid_with_port,
+)
+from tests.support import TOKEN, Tools, http_tools
 
 pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")]

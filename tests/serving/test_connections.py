@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import WAIT_S, Running, clean_env, http_server
 
 from fleet_mcp.serving.connections import REFUSAL, ConnectionGuard, Throttled
+from tests.processes import WAIT_S, Running, clean_env, http_server
 
 FLOOD = 500  # idle connections; the server's own soft limit starts at 256 and its cap is 100
 
@@ -166,7 +166,8 @@ def guarded(tmp_path_factory) -> Iterator[Running]:
 @pytest.mark.parametrize("secret_place", ["query", "header"])
 def test_no_token_or_session_id_in_the_logs(guarded, secret_place):
     import httpx
-    from processes import INIT, MCP_HEADERS
+
+    from tests.processes import INIT, MCP_HEADERS
 
     token, server = SECRET, guarded
     if secret_place == "query":

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from processes import WAIT_S, clean_env
+
+from tests.processes import WAIT_S, clean_env
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 

@@ -16,8 +16,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from processes import audit_lines, nginx_binary, nginx_process, per_user_server, stop
-from support import ALICE_TOKEN, TOKEN, Tools, emulator_thread, http_tools
+
+from tests.processes import audit_lines, nginx_binary, nginx_process, per_user_server, stop
+from tests.support import ALICE_TOKEN, TOKEN, Tools, emulator_thread, http_tools
 
 pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")]
@@ -144,7 +145,8 @@ def test_through_nginx_healthz_answers_and_a_spoofed_client_address_does_not_esc
     """deploy/nginx.conf passes /healthz on, and replaces whatever X-Forwarded-For a client sends with its own
     address: a guesser changing that header each time still meets the per-address limit (10 a minute)."""
     import httpx
-    from processes import INIT, MCP_HEADERS
+
+    from tests.processes import INIT, MCP_HEADERS
 
     with ExitStack() as stack:
         coder = stack.enter_context(emulator_thread())

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, refusal
-from support import TOOLS, emulator_thread
+
+from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, refusal
+from tests.support import TOOLS, emulator_thread
 
 pytestmark = pytest.mark.system
 

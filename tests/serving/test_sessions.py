@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from processes import INIT, MCP_HEADERS, WAIT_S, Running, clean_env, http_server, rss_kb
+
+from tests.processes import INIT, MCP_HEADERS, WAIT_S, Running, clean_env, http_server, rss_kb
 
 pytestmark = pytest.mark.system
 

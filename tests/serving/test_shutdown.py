@@ -25,10 +25,10 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, clean_env, http_server
-from support import TOKEN, emulator_thread
 
 from fleet_mcp.serving.run import GRACE_S
+from tests.processes import SERVER, WAIT_S, clean_env, http_server
+from tests.support import TOKEN, emulator_thread
 
 pytestmark = pytest.mark.system
 

@@ -11,8 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import MODERN, WAIT_S, Lines, clean_env, fleet_command, nginx_binary, nginx_process, per_user_server, stop
-from support import ALICE_TOKEN, TOKEN, TasksClient, Tools, emulator_thread
+
+from tests.processes import (
+    MODERN,
+    WAIT_S,
+    Lines,
+    clean_env,
+    fleet_command,
+    nginx_binary,
+    nginx_process,
+    per_user_server,
+    stop,
+)
+from tests.support import ALICE_TOKEN, TOKEN, TasksClient, Tools, emulator_thread
 
 pytestmark = pytest.mark.system
 
