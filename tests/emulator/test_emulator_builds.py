@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.support import create_workspace
 
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Build things"}
@@ -20,7 +22,7 @@ def agent_of(ws: dict) -> dict | None:
 
 async def test_start_build_walks_through_every_state(coder, emulator):
     ws = (await create_workspace(coder, "walker", params=FLEET)).json()
-    seen = []
+    seen: list[Any] = []
     for _ in range(40):
         w = await get(coder, ws["id"])
         agent = agent_of(w)
