@@ -249,7 +249,8 @@ async def tour(console: Console, runtime: str | None = None) -> int:
     from .server import build_server
 
     runtime = runtime or ("runner" if runner_installed() else "agentapi")
-    emulator = Emulator(virtual=False, timings=REAL_TIME, agent_runtime=runtime)
+    # The `fleet` seed: the demo's templates, none of its workspaces, each of which would run a Claude Code.
+    emulator = Emulator(virtual=False, timings=REAL_TIME, agent_runtime=runtime, seed="fleet")
     who = ("the real Claude Code (fleet-mcp runner on the Agent SDK; only the model is scripted)"
            if runtime == "runner" else "the emulator's scripted Claude Code behind AgentAPI "
            "(pip install 'coder-fleet-mcp[runner]' for the real one)")

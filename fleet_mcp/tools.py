@@ -22,8 +22,8 @@ from .models import (
     AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
     Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
 )
-from .fleet.rules import MAX_NAME, MAX_SPEC, NAME_PATTERN
-from .fleet.turns import DIFF_PAGE_MAX, PATH_MAX, Turns
+from .fleet.rules import MAX_NAME, MAX_SPEC, NAME_PATTERN, PATH_MAX
+from .fleet.turns import DIFF_PAGE_MAX, Turns
 from .serving.services import services_of
 from .fleet.waits import MAX_WAIT_S, Waits
 

@@ -5,6 +5,7 @@ runner as a real process talking to it, and bounded waits on the runner's `/stat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib.util
 import subprocess
@@ -16,6 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -27,13 +29,27 @@ from fleet_mcp.emulator.runners.runtime import first_line
 from fleet_mcp.emulator.app import running
 from fleet_mcp.runner.store import Saved
 
-__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "disk", "fleet_server", "needs_sdk", "runner_env",
-           "runner_api", "runner_fleet", "runner_process", "scripted_api", "served"]
+if TYPE_CHECKING:
+    from fleet_mcp.emulator import Emulator
+
+__all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "SharedFleet", "all_met", "disk",
+           "fleet_server", "named", "needs_sdk", "runner_api", "runner_emulator", "runner_env", "runner_fleet",
+           "runner_process", "scripted_api", "served", "shared_runner_fleet"]
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
 WAIT_S = 120.0  # an upper bound on processes (as processes.WAIT_S): it must hold on a loaded machine
 RUNNER_KEY = "test-runner-key"  # runner_process gives the runner its digest, as the template does
+
+
+def runner_emulator(anthropic_base_url: str | None = None) -> Emulator:
+    """A real-time emulator whose fleet templates run agents on the runner, on the `fleet` seed (the demo's
+    users and templates, not its workspaces: `hand-made` and alice's `alice-agent` would each run a runner and
+    the real Claude Code on its spec, seconds of CPU for every emulator, and no story uses them)."""
+    from fleet_mcp.emulator import REAL_TIME, Emulator
+
+    return Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner", seed="fleet",
+                    anthropic_base_url=anthropic_base_url)
 
 
 @asynccontextmanager
@@ -43,10 +59,7 @@ async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: 
     `anthropic_base_url`, else the emulator's own scripted model); with `app_mode="subdomain"` the emulator
     refuses path apps, and the fleet reaches the runners' app hosts (which no DNS knows) through
     FLEET_MCP_CONNECT_TO."""
-    from fleet_mcp.emulator import REAL_TIME, Emulator
-
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner",
-                        anthropic_base_url=anthropic_base_url)
+    emulator = runner_emulator(anthropic_base_url)
     if app_mode == "subdomain":
         subdomain_apps_only(emulator)
     async with running(emulator) as url, httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN},
@@ -55,6 +68,56 @@ async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: 
             settings["connect_to"] = f"*.{APP_HOST}=127.0.0.1:{httpx.URL(url).port}"
         async with fleet_server(conformance, url, extensions, **settings) as tools:
             yield tools, coder
+
+
+@dataclass
+class SharedFleet:
+    """One runner fleet for a file's stories (`shared_runner_fleet`), each story on agents of its own."""
+
+    tools: Tools
+    coder: httpx.AsyncClient
+    model: ScriptedAPI | None  # the scripted Messages API the runners talk to, when not the emulator's own
+
+    async def forget_agents(self) -> None:
+        """Delete every workspace (a story's agents, after it), so runners left idle cost nothing; faults and
+        request counts are cleared for the next story."""
+        listed = (await self.coder.get("/api/v2/workspaces", params={"q": "owner:me"})).json()["workspaces"]
+        for ws in listed:
+            await self.coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": "delete"})
+        await self.coder.delete("/emulator/faults")
+        await self.coder.delete("/emulator/requests")
+
+
+def shared_runner_fleet(script: Callable[[dict], Reply] | None = None, **settings):
+    """A module fixture: one `runner_fleet` (on a scripted Messages API of `script`'s when given) for a file's
+    stories, which run on the module's event loop (`pytest.mark.asyncio(loop_scope="module")`). A runner fleet
+    costs a few seconds of CPU to start; each story creates agents of its own names."""
+    import pytest_asyncio
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def fleet(request: pytest.FixtureRequest) -> AsyncIterator[SharedFleet]:
+        from conformance import Conformance
+
+        conformance = request.config.stash[Conformance.KEY]
+        with contextlib.ExitStack() as stack:
+            model = stack.enter_context(scripted_api(script)) if script else None
+            async with runner_fleet(conformance, anthropic_base_url=model.url if model else None,
+                                    **settings) as (tools, coder):
+                yield SharedFleet(tools, coder, model)
+
+    return fleet
+
+
+def named(agents: list[dict], name: str) -> dict:
+    """The agent called `name` in a list (a shared fleet also lists the agents of earlier stories, going)."""
+    return next(a for a in agents if a["name"] == name)
+
+
+async def all_met(tools: Tools, names: list[str], **arguments) -> dict:
+    """wait_for_agents on `names`, which must all meet it (an error envelope or a timeout fails here)."""
+    answer = await tools("wait_for_agents", agent_names=names, timeout_s=WAIT_S, **arguments)
+    assert sorted(answer.get("met") or []) == sorted(names), answer
+    return answer
 
 
 @asynccontextmanager
@@ -127,10 +190,13 @@ def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[Scri
 
 
 @asynccontextmanager
-async def runner_api(tmp_path: Path, saved: Saved | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def runner_api(tmp_path: Path, saved: Saved | None = None,
+                     door: bool = False) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the runner's own routes (`build_app`) in this process, its state file holding `saved`: what
-    `fleet-mcp runner` answers, without Claude Code (the session, started by the lifespan, never runs)."""
+    `fleet-mcp runner` answers, without Claude Code (the session, started by the lifespan, never runs). With
+    `door`, behind the runner's door as `fleet-mcp runner` serves them, the client holding the fleet's key."""
     from fleet_mcp.runner.app import build_app
+    from fleet_mcp.runner.door import Door, verifier_of
     from fleet_mcp.runner.report import Reporter
     from fleet_mcp.runner.session import Conversation
     from fleet_mcp.runner.settings import RunnerSettings
@@ -141,7 +207,10 @@ async def runner_api(tmp_path: Path, saved: Saved | None = None) -> AsyncIterato
     if saved is not None:
         store.save(saved)
     app = build_app(Conversation(settings, store, Reporter(None, None, settings.app_slug)))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runner") as client:
+    if door:
+        app = Door(app, verifier_of(RUNNER_KEY), settings.host_patterns)  # type: ignore[assignment]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:4300",
+                                 headers={"X-Fleet-Runner-Key": RUNNER_KEY} if door else {}) as client:
         yield client
 
 

@@ -39,12 +39,12 @@ class Control:
         self.faults = Faults(headers={"X-Coder-Build-Version": backend.version})
 
     def reset(self, seed_name: str = "demo") -> None:
-        if seed_name == "demo":
-            seed.seed_demo(self.backend, self.token, runtime=self.runtime)
+        if seed_name in ("demo", "fleet"):
+            seed.seed_demo(self.backend, self.token, runtime=self.runtime, workspaces=seed_name == "demo")
         elif seed_name == "empty":
             seed.seed_empty(self.backend, self.token)
         else:
-            raise ValueError(f"unknown seed {seed_name!r}: use 'demo' or 'empty'")
+            raise ValueError(f"unknown seed {seed_name!r}: use 'demo', 'fleet' or 'empty'")
         self.backend.requests.clear()
         self.faults.clear()
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 
-from ..errors import FleetError
+from ..errors import FleetError, bad_request
 
 __all__ = [
     "BUILD_ACTIVE", "FLEET_PARAMETERS", "FLEET_QUERY", "LIST_TASK_CHARS", "LOG_MESSAGE_CHARS", "MANAGED",
-    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_PATTERN", "NAME_RE", "PR_LINK", "PROJECT", "ROLE",
-    "PATTERN_DEPTH", "RESULT_SCHEMA", "RUNNER_KEY", "RUNNER_PARAMETERS", "SCHEMA_DEPTH", "SCHEMA_MAX", "SPEC", "TASK",
-    "check_name", "check_result_schema", "check_text", "paginate", "valid_name",
+    "MAX_COST", "MAX_NAME", "MAX_SPEC", "MAX_TURNS", "MODEL", "NAME_PATTERN", "NAME_RE", "PATH_MAX",
+    "PATTERN_DEPTH", "PROJECT", "PR_LINK", "RESULT_SCHEMA", "ROLE", "RUNNER_KEY", "RUNNER_PARAMETERS",
+    "SCHEMA_DEPTH", "SCHEMA_MAX", "SPEC", "TASK", "check_name", "check_repository_path", "check_result_schema",
+    "check_text", "paginate", "valid_name",
 ]
 
 NAME_PATTERN = r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$"  # Coder's rule, as the tools' JSON Schema states it
@@ -22,6 +24,7 @@ MAX_WORKSPACE_NAME = 32  # Coder's own limit: what a lookup of an existing works
 MAX_SPEC = 65_536  # bytes of UTF-8
 LIST_TASK_CHARS = 200
 LOG_MESSAGE_CHARS = 4_000
+PATH_MAX = 4096  # a path show_agent_diff takes
 MANAGED, ROLE, PROJECT, SPEC, TASK = (
     "fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec", "fleet_mcp_current_task")
 FLEET_PARAMETERS = (MANAGED, ROLE, PROJECT, SPEC, TASK)
@@ -155,3 +158,13 @@ def paginate(total: int, page: int, page_size: int) -> tuple[int, int, int, int]
     size = min(max(page_size, 1), 100)
     start = (page - 1) * size
     return start, start + size, size, max(1, math.ceil(total / size))
+
+
+def check_repository_path(path: str) -> str:
+    """A path for show_agent_diff: relative to the repository's root and inside it; bad_request otherwise."""
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    if ("\x00" in path or not path.strip() or len(path) > PATH_MAX or path.startswith(("/", "~"))
+            or norm in (".", "..") or norm.startswith("../")):
+        raise bad_request(f"path {path[:200]!r} must name a file inside the agent's repository, relative to its "
+                          "root (e.g. src/app.py).", field="path")
+    return norm

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import posixpath
 from dataclasses import replace
 from typing import Any
 
@@ -21,15 +20,14 @@ from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskRes
 from .polling import poll_until
 from .reads import prefetch, quietly
 from ..times import iso, now_iso
-from .rules import PR_LINK, TASK, check_result_schema, check_text
+from .rules import PR_LINK, TASK, check_repository_path, check_result_schema, check_text
 from .status import Snapshot, live_status
 
-__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "PATH_MAX", "RESULT_CHARS", "Turns", "refused"]
+__all__ = ["DIFF_PAGE_MAX", "FILES_SHOWN", "RESULT_CHARS", "Turns", "refused"]
 
 RESULT_CHARS = 4_000
 FILES_SHOWN = 100  # of a turn's changed files in get_agent_result; files_total counts them all
 DIFF_PAGE_MAX = 50
-PATH_MAX = 4096
 _BUDGETS = {"error_max_turns": "Stopped: the turn reached the agent's max_turns budget.",
             "error_max_budget_usd": "Stopped: the turn reached the agent's max_cost_usd budget."}
 
@@ -256,7 +254,7 @@ class Turns:
         if page < 1:
             raise bad_request("page must be 1 or more.", field="page")
         if path is not None:
-            path = _repository_path(path)
+            path = check_repository_path(path)
         size = min(max(page_size, 1), DIFF_PAGE_MAX)
         ws, params = await self.fleet.find(name, deadline=deadline)
         driver = self.fleet.driver(ws)
@@ -310,16 +308,6 @@ def _outcome(name: str, turn: TurnResult, total: float | None, driver: DriverKin
                        changes=changes, structured=turn.structured,
                        changes_unavailable=None if changes else turn.changes_unavailable or "The runner recorded "
                        "no changes for this turn.")
-
-
-def _repository_path(path: str) -> str:
-    """A path for show_agent_diff: relative to the repository's root and inside it; bad_request otherwise."""
-    norm = posixpath.normpath(path.replace("\\", "/"))
-    if ("\x00" in path or not path.strip() or len(path) > PATH_MAX or path.startswith(("/", "~"))
-            or norm in (".", "..") or norm.startswith("../")):
-        raise bad_request(f"path {path[:200]!r} must name a file inside the agent's repository, relative to its "
-                          "root (e.g. src/app.py).", field="path")
-    return norm
 
 
 def _stale(name: str, prompt_id: str, pending: Pending | None, answered: Answered | None,

@@ -68,6 +68,20 @@ async def test_the_demo_seed_declares_the_runner_app_and_parameters(conformance)
         assert not names & set(RUNNER_PARAMS)
 
 
+async def test_the_fleet_seed_is_the_demo_seed_without_its_workspaces(conformance):
+    """What the demo and the runner stories start from: no workspace of the demo seed runs a Claude Code."""
+    emulator = Emulator(token=TOKEN, agent_runtime="runner", seed="fleet")
+    async with client_for(emulator, conformance) as coder:
+        templates = {t["name"] for t in (await coder.get("/api/v2/templates")).json()}
+        assert templates == {"fleet-demo", "fleet-research", "docker"}
+        assert (await coder.get("/api/v2/workspaces")).json()["count"] == 0
+        assert (await coder.get("/api/v2/users/alice")).status_code == 200
+        assert (await coder.post("/emulator/reset", json={"seed": "demo"})).status_code == 200
+        assert (await coder.get("/api/v2/workspaces")).json()["count"] > 0
+        assert (await coder.post("/emulator/reset", json={"seed": "fleet"})).status_code == 200
+        assert (await coder.get("/api/v2/workspaces")).json()["count"] == 0
+
+
 def test_an_unknown_runtime_is_refused():
     with pytest.raises(ValueError, match="agent_runtime"):
         Emulator(agent_runtime="tmux")

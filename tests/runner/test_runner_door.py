@@ -1,5 +1,7 @@
-"""The runner's door under attack (issue 22): a web page reaching a forwarded port, and the supervised
-Claude Code's own commands. Every call is refused and nothing changes; the fleet's key opens it."""
+"""Who may answer the runner's permission prompts. The fleet allows one (only as it was shown it) or denies it
+with a message for Claude; the runner's door under attack (issue 22): a web page reaching a forwarded port, and
+the supervised Claude Code's own commands. Every call is refused and nothing changes; the fleet's key opens it.
+One runner for the module: its tests take turns on it."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import pytest
 from runners import ScriptedAPI, needs_sdk, scripted_api
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
+from fleet_mcp.runner.prompts import digest_of
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"
+ASKED = "sh -c 'echo permitted > permitted.txt'"
 EVIL = "http://evil.example"
 COMMAND: list[str] = []  # the next Bash command the model runs (the agent's attack), once
 
@@ -72,6 +76,56 @@ def test_a_web_page_on_a_forwarded_port_can_neither_answer_nor_read(runner):
     assert runner.messages()[-1]["role"] != "user" and not (runner.workdir / "permitted.txt").exists()
     assert runner.get("/health").status_code == 200  # Coder's healthcheck needs no key
     print(f"browser calls refused: {len(attacks)} of {len(attacks)}")
+
+
+def _ask(runner) -> dict:
+    """Sends ASK and waits until Claude Code asks to run its command (permitted.txt not yet written)."""
+    (runner.workdir / "permitted.txt").unlink(missing_ok=True)  # another test's
+    assert runner.post("/message", {"content": ASK}).status_code == 202
+    state = runner.wait_for(lambda s: s["state"] == "needs_input", what="a permission request")
+    pending = state["pending"]
+    assert pending["tool"] == "Bash" and "permitted.txt" in pending["summary"] and pending["id"]
+    assert not (runner.workdir / "permitted.txt").exists()
+    return state
+
+
+def test_a_permission_answered_allow_runs_the_command(runner):
+    done = runner.state()["turns"]
+    pending = _ask(runner)["pending"]
+    asked, digest = pending["id"], pending["digest"]
+    assert pending["input"]["command"] == ASKED and not pending["input_truncated"]
+    assert digest == digest_of("Bash", pending["input"])  # of the tool and its whole input
+    # An answer naming the prompt as something else showed it (the agent's own app status) is refused.
+    for shown in ({"command": "ls -la"}, {**pending["input"], "dangerouslyDisableSandbox": True}):
+        other = runner.post("/answer", {"decision": "allow", "prompt_id": asked, "digest": digest_of("Bash", shown)})
+        assert other.status_code == 409 and other.json()["error"] == "prompt_changed"
+        assert other.json()["pending"]["input"] == pending["input"]  # what waits, whole
+    assert runner.state()["pending"]["id"] == asked and not (runner.workdir / "permitted.txt").exists()
+    answered = runner.post("/answer", {"decision": "allow", "prompt_id": asked, "digest": digest})
+    assert answered.status_code == 200 and answered.json()["state"]["state"] == "working"
+    assert answered.json()["state"]["pending"] is None
+    said = answered.json()["answered"]  # the answer names the tool and input it allowed
+    assert (said["id"], said["tool"], said["input"], said["digest"]) == (asked, "Bash", pending["input"], digest)
+    last = answered.json()["state"]["answered"][-1]
+    assert (last["decision"], last["by"], last["tool"], last["digest"]) == ("allow", "fleet", "Bash", digest)
+    runner.wait_turns(done + 1)
+    assert (runner.workdir / "permitted.txt").read_text() == "permitted\n"
+    assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s)."
+    again = runner.post("/answer", {"decision": "allow", "prompt_id": asked, "digest": digest}).json()
+    assert again["error"] == "stale_prompt" and again["answered"]["decision"] == "allow"
+    assert (again["answered"]["tool"], again["answered"]["digest"]) == ("Bash", digest)
+
+
+def test_a_permission_answered_deny_passes_the_message_to_claude(runner, api):
+    done = runner.state()["turns"]
+    asked = _ask(runner)["pending"]
+    assert runner.post("/answer", {"decision": "deny", "message": "Not on this branch",
+                                   "prompt_id": asked["id"], "digest": asked["digest"]}).status_code == 200
+    runner.wait_turns(done + 1)
+    assert not (runner.workdir / "permitted.txt").exists()
+    assert runner.get("/result").json()["result"]["text"] == "Done after 1 tool use(s). 1 refused."
+    assert runner.messages()[-2]["role"] == "tool_result" and "[error]" in runner.messages()[-2]["content"]
+    assert "Not on this branch" in str(api.model_requests()[-1]["messages"][-1])
 
 
 ATTACK = """

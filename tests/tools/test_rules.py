@@ -9,7 +9,9 @@ import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
-from fleet_mcp.fleet.rules import NAME_PATTERN, check_name, check_text, paginate, valid_name
+from fleet_mcp.fleet.rules import (
+    NAME_PATTERN, check_name, check_repository_path, check_text, paginate, valid_name,
+)
 from fleet_mcp.fleet.status import needs_attention
 from fleet_mcp.runner.store import now_iso as runner_now
 from fleet_mcp.times import iso, now_iso
@@ -48,6 +50,18 @@ def test_pagination_clamps_size_and_refuses_bad_pages():
     assert paginate(5, 1, 0)[2] == 1 and paginate(5, 1, 10_000)[2] == 100
     with pytest.raises(FleetError):
         paginate(5, 0, 10)
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "~/x", "..", "a/../../b", "", " ", "a\x00b", "x" * 4097])
+def test_a_diff_path_outside_the_repository_is_a_bad_request(path):
+    with pytest.raises(FleetError) as refused:
+        check_repository_path(path)
+    assert (refused.value.error, refused.value.details) == ("bad_request", {"field": "path"})
+
+
+def test_a_diff_path_is_read_relative_to_the_repository():
+    assert check_repository_path("src\\app.py") == "src/app.py"
+    assert check_repository_path("./src//lib/../app.py") == "src/app.py"
 
 
 def test_times_are_utc_with_z():

@@ -8,13 +8,12 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from runners import disk, needs_sdk, runner_fleet, served
+from runners import all_met, disk, named, needs_sdk, shared_runner_fleet
 
-from fleet_mcp.emulator.runners.anthropic import Reply, messages_app, script_for
+from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 from fleet_mcp.runner.prompts import digest_of
 
-pytestmark = [pytest.mark.system, needs_sdk]
-WAIT = {"timeout_s": 90}
+pytestmark = [pytest.mark.system, needs_sdk, pytest.mark.asyncio(loop_scope="module")]
 BANNER = "sh -c 'echo \"" + "=" * 30 + " routine check of the build, nothing to see " + "=" * 110 + "\"; touch X'"
 TWO_LINES = "echo checking\nsh -c 'touch Y'"  # sh -c: Claude Code asks
 HUGE = "echo " + "a" * 70_000 + " > /dev/null; touch Z"
@@ -34,82 +33,84 @@ def asker(body: dict) -> Reply:
     return script_for(body, lambda: 1)
 
 
+fleet = shared_runner_fleet(asker)  # one fleet for the file's stories, on the scripted model above
+
+
 async def _asking(tools, name: str) -> dict:
-    waited = await tools("wait_for_agents", agent_names=[name], until="needs_input", **WAIT)
+    waited = await all_met(tools, [name], until="needs_input")
     assert waited["met"] == [name], waited
     return waited["agents"][0]["pending"]
 
 
-async def test_every_tool_shows_a_prompts_whole_input_and_a_cut_one_is_allowed_only_when_said(conformance):
-    with served(messages_app(asker)) as model:
-        async with runner_fleet(conformance, anthropic_base_url=model) as (tools, coder):
-            await tools("create_agent", name="sdk-whole", project="fleet-demo", spec="BANNER please")
-            for word, file in (("BANNER", "X"), ("TWO_LINES", "Y")):
-                if word != "BANNER":
-                    await tools("start_agent_task", agent_name="sdk-whole", task_description=f"{word} please")
-                waited = await _asking(tools, "sdk-whole")
-                work = await disk(coder, "sdk-whole")
-                seen = {"wait_for_agents": waited,
-                        "list_agents": (await tools("list_agents"))["agents"][0]["pending"],
-                        "show_agent": (await tools("show_agent", agent_name="sdk-whole"))["agent"]["pending"],
-                        "show_agents": (await tools("show_agents", agent_names=["sdk-whole"]))["agents"][0]["pending"]}
-                for tool, pending in seen.items():
-                    assert pending["input"]["command"] == ASKED[word], tool  # newlines kept, nothing cut
-                    assert not pending["input_truncated"] and pending["digest"] == waited["digest"], tool
-                answered = await tools("answer_agent", agent_name="sdk-whole", prompt_id=waited["prompt_id"],
-                                       digest=waited["digest"], decision="allow")
-                assert answered["answered"]["input"]["command"] == ASKED[word]  # the answer names what it allowed
-                await tools("wait_for_agents", agent_names=["sdk-whole"], **WAIT)
-                assert (work / file).exists()
+async def test_every_tool_shows_a_prompts_whole_input_and_a_cut_one_is_allowed_only_when_said(story):
+    tools, coder = story.tools, story.coder
+    await tools("create_agent", name="sdk-whole", project="fleet-demo", spec="BANNER please")
+    for word, file in (("BANNER", "X"), ("TWO_LINES", "Y")):
+        if word != "BANNER":
+            await tools("start_agent_task", agent_name="sdk-whole", task_description=f"{word} please")
+        waited = await _asking(tools, "sdk-whole")
+        work = await disk(coder, "sdk-whole")
+        seen = {"wait_for_agents": waited,
+                "list_agents": named((await tools("list_agents"))["agents"], "sdk-whole")["pending"],
+                "show_agent": (await tools("show_agent", agent_name="sdk-whole"))["agent"]["pending"],
+                "show_agents": (await tools("show_agents", agent_names=["sdk-whole"]))["agents"][0]["pending"]}
+        for tool, pending in seen.items():
+            assert pending["input"]["command"] == ASKED[word], tool  # newlines kept, nothing cut
+            assert not pending["input_truncated"] and pending["digest"] == waited["digest"], tool
+        answered = await tools("answer_agent", agent_name="sdk-whole", prompt_id=waited["prompt_id"],
+                               digest=waited["digest"], decision="allow")
+        assert answered["answered"]["input"]["command"] == ASKED[word]  # the answer names what it allowed
+        await all_met(tools, ["sdk-whole"])
+        assert (work / file).exists()
 
-            await tools("start_agent_task", agent_name="sdk-whole", task_description="HUGE please")
-            huge = await _asking(tools, "sdk-whole")
-            assert huge["input_truncated"] and huge["input_chars"] > len(HUGE) > 65_536
-            assert len(json.dumps(huge["input"], ensure_ascii=False, separators=(",", ":"))) <= 65_536
-            assert huge["input"]["command"] == HUGE[:len(huge["input"]["command"])]
-            said = {"prompt_id": huge["prompt_id"], "digest": huge["digest"], "decision": "allow"}
-            refused = await tools.error("answer_agent", agent_name="sdk-whole", **said)
-            assert refused["error"] == "bad_request" and refused["details"]["field"] == "allow_truncated"
-            assert (await tools("show_agent", agent_name="sdk-whole"))["agent"]["status"] == "needs_input"
-            answered = await tools("answer_agent", agent_name="sdk-whole", allow_truncated=True, **said)
-            assert answered["answered"]["input_truncated"]
-            await tools("wait_for_agents", agent_names=["sdk-whole"], **WAIT)
-            assert (work / "Z").exists()
+    await tools("start_agent_task", agent_name="sdk-whole", task_description="HUGE please")
+    huge = await _asking(tools, "sdk-whole")
+    assert huge["input_truncated"] and huge["input_chars"] > len(HUGE) > 65_536
+    assert len(json.dumps(huge["input"], ensure_ascii=False, separators=(",", ":"))) <= 65_536
+    assert huge["input"]["command"] == HUGE[:len(huge["input"]["command"])]
+    said = {"prompt_id": huge["prompt_id"], "digest": huge["digest"], "decision": "allow"}
+    refused = await tools.error("answer_agent", agent_name="sdk-whole", **said)
+    assert refused["error"] == "bad_request" and refused["details"]["field"] == "allow_truncated"
+    assert (await tools("show_agent", agent_name="sdk-whole"))["agent"]["status"] == "needs_input"
+    answered = await tools("answer_agent", agent_name="sdk-whole", allow_truncated=True, **said)
+    assert answered["answered"]["input_truncated"]
+    await all_met(tools, ["sdk-whole"])
+    assert (work / "Z").exists()
 
 
 async def test_a_prompt_the_agent_reposts_shows_as_its_runner_holds_it_and_an_answer_to_the_forgery_is_refused(
-        conformance):
-    async with runner_fleet(conformance) as (tools, coder):
-        await tools("create_agent", name="sdk-repost", project="fleet-demo", spec="Run the script [[permission]]")
-        real = await _asking(tools, "sdk-repost")
-        command = real["input"]["command"]
-        assert "permitted.txt" in command
-        # The agent, with its workspace's agent token, reposts the prompt's id with a harmless input.
-        token = (await coder.get("/emulator/agents/sdk-repost/token")).json()["token"]
-        mark = "fleet-runner:needs-input?" + urlencode({"prompt": real["prompt_id"], "tool": "Bash",
-                                                       "asked_at": real["asked_at"], "input": "ls -la"})
-        posted = await coder.patch("/api/v2/workspaceagents/me/app-status", headers={"Coder-Session-Token": token},
-                                   json={"app_slug": "fleet", "state": "idle", "message": "Needs input: Bash ls -la",
-                                         "uri": mark})
-        assert posted.status_code == 200, posted.text
-        seen = {"wait_for_agents": await _asking(tools, "sdk-repost"),
-                "list_agents": (await tools("list_agents"))["agents"][0]["pending"],
-                "show_agents": (await tools("show_agents", agent_names=["sdk-repost"]))["agents"][0]["pending"]}
-        assert "ls -la" not in json.dumps(seen)
-        assert {tool: (p["prompt_id"], p["input"]["command"]) for tool, p in seen.items()} == {
-            tool: (real["prompt_id"], command) for tool in seen}
+        story):
+    tools, coder = story.tools, story.coder
+    await tools("create_agent", name="sdk-repost", project="fleet-demo", spec="Run the script [[permission]]")
+    real = await _asking(tools, "sdk-repost")
+    command = real["input"]["command"]
+    assert "permitted.txt" in command
+    # The agent, with its workspace's agent token, reposts the prompt's id with a harmless input.
+    token = (await coder.get("/emulator/agents/sdk-repost/token")).json()["token"]
+    mark = "fleet-runner:needs-input?" + urlencode({"prompt": real["prompt_id"], "tool": "Bash",
+                                                   "asked_at": real["asked_at"], "input": "ls -la"})
+    posted = await coder.patch("/api/v2/workspaceagents/me/app-status", headers={"Coder-Session-Token": token},
+                               json={"app_slug": "fleet", "state": "idle", "message": "Needs input: Bash ls -la",
+                                     "uri": mark})
+    assert posted.status_code == 200, posted.text
+    seen = {"wait_for_agents": await _asking(tools, "sdk-repost"),
+            "list_agents": named((await tools("list_agents"))["agents"], "sdk-repost")["pending"],
+            "show_agents": (await tools("show_agents", agent_names=["sdk-repost"]))["agents"][0]["pending"]}
+    assert "ls -la" not in json.dumps(seen)
+    assert {tool: (p["prompt_id"], p["input"]["command"]) for tool, p in seen.items()} == {
+        tool: (real["prompt_id"], command) for tool in seen}
 
-        # An answer bound to what the forgery showed is refused with the live prompt, and nothing runs.
-        forged = digest_of("Bash", {"command": "ls -la"})
-        refused = await tools.error("answer_agent", agent_name="sdk-repost", prompt_id=real["prompt_id"],
-                                    digest=forged, decision="allow")
-        assert refused["error"] == "conflict" and refused["details"]["pending"]["input"]["command"] == command
-        missing = await tools.error("answer_agent", agent_name="sdk-repost", prompt_id=real["prompt_id"],
-                                    decision="allow")
-        assert missing["error"] == "bad_request" and missing["details"]["field"] == "digest"
-        assert not (await disk(coder, "sdk-repost") / "permitted.txt").exists()
-        answered = await tools("answer_agent", agent_name="sdk-repost", prompt_id=real["prompt_id"],
-                               digest=real["digest"], decision="allow")
-        assert answered["answered"]["input"]["command"] == command
-        await tools("wait_for_agents", agent_names=["sdk-repost"], **WAIT)
-        assert (await disk(coder, "sdk-repost") / "permitted.txt").exists()
+    # An answer bound to what the forgery showed is refused with the live prompt, and nothing runs.
+    forged = digest_of("Bash", {"command": "ls -la"})
+    refused = await tools.error("answer_agent", agent_name="sdk-repost", prompt_id=real["prompt_id"],
+                                digest=forged, decision="allow")
+    assert refused["error"] == "conflict" and refused["details"]["pending"]["input"]["command"] == command
+    missing = await tools.error("answer_agent", agent_name="sdk-repost", prompt_id=real["prompt_id"],
+                                decision="allow")
+    assert missing["error"] == "bad_request" and missing["details"]["field"] == "digest"
+    assert not (await disk(coder, "sdk-repost") / "permitted.txt").exists()
+    answered = await tools("answer_agent", agent_name="sdk-repost", prompt_id=real["prompt_id"],
+                           digest=real["digest"], decision="allow")
+    assert answered["answered"]["input"]["command"] == command
+    await all_met(tools, ["sdk-repost"])
+    assert (await disk(coder, "sdk-repost") / "permitted.txt").exists()

@@ -7,12 +7,11 @@ from __future__ import annotations
 import subprocess
 import pytest
 
-from runners import disk, needs_sdk, runner_fleet
+from runners import all_met, disk, needs_sdk, runner_fleet
 
 from fleet_mcp.emulator.runners.project import seed_repository
 
 pytestmark = [pytest.mark.system, needs_sdk]
-WAIT = {"timeout_s": 120}
 VERDICT = {"type": "object", "properties": {"verdict": {"enum": ["ship", "fix"]}, "score": {"type": "integer"}},
            "required": ["verdict", "score"]}
 
@@ -35,7 +34,7 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
             await tools("create_agent", name=name, project="fleet-demo", spec=spec)
         await tools("create_agent", name="judge", project="fleet-demo", spec="Judge calc [[json]]",
                     result_schema=VERDICT)
-        done = await tools("wait_for_agents", agent_names=list(specs), until=["idle", "failed"], **WAIT)
+        done = await all_met(tools, list(specs), until=["idle", "failed"])
         assert sorted(done["met"]) == sorted(specs)
 
         glances = {g["name"]: g for g in (await tools("show_agents", agent_names=list(specs)))["agents"]}
@@ -60,10 +59,10 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
 
         # The winner commits its work: Claude Code asks before `git commit`, the orchestrator allows it.
         await tools("start_agent_task", agent_name="try-1", task_description="Commit it [[commit]]")
-        asking = await tools("wait_for_agents", agent_names=["try-1"], until="needs_input", **WAIT)
+        asking = await all_met(tools, ["try-1"], until="needs_input")
         await tools("answer_agent", agent_name="try-1", prompt_id=asking["agents"][0]["pending"]["prompt_id"],
                     digest=asking["agents"][0]["pending"]["digest"], decision="allow")
-        await tools("wait_for_agents", agent_names=["try-1"], **WAIT)
+        await all_met(tools, ["try-1"])
         committed = (await tools("get_agent_result", agent_name="try-1"))["changes"]
         head = git(work["try-1"], "rev-parse", "HEAD").strip()
         assert committed["commits"] == [{"sha": head, "subject": "Scripted commit"}]
@@ -81,19 +80,19 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         one_file = await tools("show_agent_diff", agent_name="try-1", scope="agent", path="calc.py")
         assert one_file["patch"] is None and one_file["files"][0]["diff"] == diff["files"][0]["diff"]
 
-        await tools("wait_for_agents", agent_names=["judge"], **WAIT)
+        await all_met(tools, ["judge"])
         judged = await tools("get_agent_result", agent_name="judge")  # the spec's own turn, typed
         assert judged["task"] == "Judge calc [[json]]" and judged["structured"] == {"verdict": "ship", "score": 1}
 
         typed = await tools("start_agent_task", agent_name="try-2", task_description="Judge [[json]]",
                             result_schema=VERDICT)
         assert typed["agent_status"] == "busy"
-        await tools("wait_for_agents", agent_names=["try-2"], **WAIT)
+        await all_met(tools, ["try-2"])
         answer = await tools("get_agent_result", agent_name="try-2")
         assert answer["outcome"] == "succeeded" and answer["structured"] == {"verdict": "ship", "score": 1}
         await tools("start_agent_task", agent_name="try-2", task_description='Judge [[json:{"verdict":"meh"}]]',
                     result_schema=VERDICT)
-        await tools("wait_for_agents", agent_names=["try-2"], until=["idle", "failed"], **WAIT)
+        await all_met(tools, ["try-2"], until=["idle", "failed"])
         wrong = await tools("get_agent_result", agent_name="try-2")
         assert wrong["outcome"] == "failed" and wrong["structured"] is None and "result_schema" in wrong["text"]
 
@@ -107,7 +106,7 @@ async def test_best_of_three_compared_reviewed_and_taken(conformance, tmp_path):
         assert (await tools("show_agent", agent_name="try-2"))["agent"]["status"] == "idle"  # nothing was sent
 
         await tools("stop_agent", agent_name="try-3")
-        halted = await tools("wait_for_agents", agent_names=["try-3"], until="stopped", **WAIT)
+        halted = await all_met(tools, ["try-3"], until="stopped")
         assert halted["met"] == ["try-3"], halted
         stopped = await tools.error("show_agent_diff", agent_name="try-3")
         assert stopped["error"] == "bad_request" and "stopped" in stopped["message"]

@@ -17,11 +17,10 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from runners import needs_sdk
+from runners import needs_sdk, runner_emulator
 from support import (APP_HOST, TOKEN, CheckedTransport, Impostor, Tools, fleet_settings, http_tools, impostor_on,
                      subdomain_apps_only)
 
-from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 
 
@@ -100,9 +99,7 @@ async def test_an_impostor_on_an_agentapi_port_never_sees_the_token(emulator, co
 @needs_sdk
 @pytest.mark.parametrize(("app_mode", "auth"), [("path", "token"), ("subdomain", "coder")])
 async def test_an_impostor_on_a_runner_port_never_sees_the_token_but_gets_the_runner_key(conformance, app_mode, auth):
-    from fleet_mcp.emulator import REAL_TIME
-
-    emulator = Emulator(token=TOKEN, virtual=False, timings=REAL_TIME, agent_runtime="runner")
+    emulator = runner_emulator()
     if app_mode == "subdomain":
         subdomain_apps_only(emulator)
     wait = {"timeout_s": 90}

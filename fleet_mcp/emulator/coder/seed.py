@@ -91,12 +91,14 @@ def seed_empty(b: Backend, token: str) -> User:
     return add_user(b, "demo", token, ["owner"])
 
 
-def seed_demo(b: Backend, token: str, *, settle: bool = True, runtime: str = "agentapi") -> None:
+def seed_demo(b: Backend, token: str, *, settle: bool = True, runtime: str = "agentapi",
+              workspaces: bool = True) -> None:
     """User `demo` (site owner) in org `coder`, two fleet templates, a plain one,
     and two workspaces the fleet must never show or touch; a second user `alice`
     with a fleet agent of her own. With `runtime="runner"` the fleet templates'
     agents declare the runner's app `fleet` (not AgentAPI's `ccw`) and its
-    optional model and budget parameters."""
+    optional model and budget parameters. Without `workspaces` (the `fleet` seed) the users and templates
+    only: with the runner runtime each of those workspaces runs the real Claude Code."""
     if settle:
         b.clock.backdate(SETTLE_S)  # the seed's history lies in the past: once settled, the clock reads now
     demo = seed_empty(b, token)
@@ -112,12 +114,13 @@ def seed_demo(b: Backend, token: str, *, settle: bool = True, runtime: str = "ag
                          parameters=[ParameterSpec("cpu", default_value="2", options=[
                              {"name": "2 cores", "value": "2"}, {"name": "4 cores", "value": "4"}])],
                          description="A plain development workspace")
-    b.create_workspace(demo, "me", {"name": "dev-box", "template_id": plain.id})
-    b.create_workspace(demo, "me", {"name": "hand-made", "template_id": fleet.id, "rich_parameter_values": [
-        {"name": "fleet_mcp_role", "value": "manager"}, {"name": "fleet_mcp_agent_spec", "value": "Made by hand"}]})
-    b.create_workspace(alice, "me", {"name": "alice-agent", "template_id": fleet.id, "rich_parameter_values": [
-        {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": "fleet-demo"},
-        {"name": "fleet_mcp_agent_spec", "value": "Alice's own agent"}]})
+    if workspaces:
+        b.create_workspace(demo, "me", {"name": "dev-box", "template_id": plain.id})
+        b.create_workspace(demo, "me", {"name": "hand-made", "template_id": fleet.id, "rich_parameter_values": [
+            {"name": "fleet_mcp_role", "value": "manager"}, {"name": "fleet_mcp_agent_spec", "value": "Made by hand"}]})
+        b.create_workspace(alice, "me", {"name": "alice-agent", "template_id": fleet.id, "rich_parameter_values": [
+            {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": "fleet-demo"},
+            {"name": "fleet_mcp_agent_spec", "value": "Alice's own agent"}]})
     if settle:
         b.clock.advance(SETTLE_S)
 
