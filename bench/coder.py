@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
-from coder_spec import reference_dir
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from processes import Emulated, Lines, child_pids, emulator_process, stop
+
+from tests.coder_spec import reference_dir
+from tests.processes import Emulated, Lines, child_pids, emulator_process, stop
 
 TOKEN = "bench-token"
 STANDIN = Path(__file__).with_name("standin.py")

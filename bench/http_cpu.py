@@ -33,10 +33,11 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/processes.py: the process helpers
 
 from coder import BARE_SERVER, ERAS, Coder, call, coder, http_session, stdio_session
-from processes import Running, clean_env, cpu_seconds, fleet_command, http_server
+
+from tests.processes import Running, clean_env, cpu_seconds, fleet_command, http_server
 
 LIST_SERVER = textwrap.dedent('''\
     import json

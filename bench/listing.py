@@ -34,15 +34,15 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel
 
-from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.coder.answers import collection_paused
+from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.coder.schemas import WorkspacesPage
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.fleet.agents import Fleet
 from fleet_mcp.settings import Settings
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # tests/coder_spec.py: where the reference data is
+sys.path.insert(0, str(HERE.parent))  # tests/coder_spec.py: where the reference data is
 TOKEN = "bench-token"
 QUERY = "owner:me param:fleet_mcp_managed=true"
 
@@ -61,7 +61,7 @@ def standin():
 
 async def listing(agents: int) -> bytes:
     """The real-sized answer to the fleet's listing of `agents` running agents."""
-    from coder_spec import reference_dir
+    from tests.coder_spec import reference_dir
 
     found = reference_dir()
     recorded = found / "coder" / "recorded" / "list_workspaces_success.yaml" if found else None

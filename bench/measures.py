@@ -19,7 +19,8 @@ import http_cpu
 import overhead
 from coder import BARE_SERVER, ERAS, Coder, call, stdio_session
 from mcp import ClientSession
-from processes import clean_env, cpu_seconds, fleet_command, rss_kb
+
+from tests.processes import clean_env, cpu_seconds, fleet_command, rss_kb
 
 POLL_GAP_S = 0.25  # requests further apart than this belong to different polls of wait_for_agents
 WAIT_TIMEOUT_S = 11  # long enough to see a first progress notification sent within 10 s

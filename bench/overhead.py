@@ -32,12 +32,13 @@ import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/processes.py: the process helpers
 
 from coder import BARE_SERVER, Coder, call, coder, stdio_session
 from http_cpu import processes
 from mcp import ClientSession
-from processes import clean_env, cpu_seconds, fleet_command
+
+from tests.processes import clean_env, cpu_seconds, fleet_command
 
 ANSWER_SERVER = textwrap.dedent('''\
     import asyncio

@@ -65,7 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/processes.py: the process helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/processes.py: the process helpers
 
 from coder import ERAS, coder, real_listing
 from measures import Bench

@@ -139,6 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
     gc.disable()
 
     from .serving.connections import raise_fd_limit
+    from .serving.logs import hand_over_fastmcp
     from .serving.logs import setup as setup_logs
     from .serving.preflight import StartupError, check_coder, load_settings, unknown_settings
 
@@ -168,11 +169,13 @@ def _serve(args: argparse.Namespace) -> int:
                                      **overrides)
         else:
             settings = load_settings(**overrides)
-        from .serving.front import sent_token  # what an HTTP request sends (per-user mode: a Coder token)
+        sent: Callable[[], str | None] | None = None
+        if args.transport == "http":  # over stdio, a refusal imports no FastMCP (front does)
+            from .serving.front import sent_token as sent  # what an HTTP request sends (per-user: a Coder token)
 
         setup_logs((s.get_secret_value() for s in (settings.coder_session_token, settings.auth_token,
                                                      settings.runner_secret) if s),
-                   settings.log_level, also=sent_token if args.transport == "http" else None)
+                   settings.log_level, also=sent)
         for warning in unknown_settings():
             logging.getLogger("fleet_mcp").warning("%s", warning)
         if settings.auth == "coder" and args.transport != "http":
@@ -203,6 +206,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
     from .server import build_server
     from .serving.run import serve_http, serve_stdio
+
+    hand_over_fastmcp(settings.log_level)
 
     stopping = asyncio.Event()  # set on the first signal (or stdin's end): waits in flight answer at once
     server = build_server(settings, transport=transport, user=who.user, stopping=stopping)

@@ -245,8 +245,8 @@ async def tour(console: Console, runtime: str | None = None) -> int:
 
     from .emulator import REAL_TIME, Emulator
     from .emulator.app import running
-    from .serving.preflight import StartupError, load_settings
     from .server import build_server
+    from .serving.preflight import StartupError, load_settings
 
     runtime = runtime or ("runner" if runner_installed() else "agentapi")
     # The `fleet` seed: the demo's templates, none of its workspaces, each of which would run a Claude Code.

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from dataclasses import dataclass, field
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import TextIO, TypeVar
 
 import httpx
@@ -29,10 +29,10 @@ import httpx
 from .coder import errors as ce
 from .coder.client import CoderClient
 from .coder.schemas import Preset, RichParameter, Template, WorkspaceResource
-from .serving.preflight import StartupError, check_coder, load_settings
 from .drivers.keys import SECRET_SETTING
 from .fleet.projects import roles_from
 from .fleet.rules import FLEET_PARAMETERS, FLEET_QUERY, MANAGED, ROLE, RUNNER_KEY, RUNNER_PARAMETERS
+from .serving.preflight import StartupError, check_coder, load_settings
 from .settings import Settings
 
 T = TypeVar("T")

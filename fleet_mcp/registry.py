@@ -25,9 +25,23 @@ from .errors import guarded
 from .fleet.polling import within
 from .serving.services import services_of
 from .tools import (
-    answer_agent, cancel_agent_task, create_agent, delete_agent, get_agent_result, list_agent_projects,
-    list_agent_roles, list_agents, show_agent, show_agent_diff, show_agent_log, show_agent_task_history,
-    show_agents, start_agent, start_agent_task, stop_agent, wait_for_agents,
+    answer_agent,
+    cancel_agent_task,
+    create_agent,
+    delete_agent,
+    get_agent_result,
+    list_agent_projects,
+    list_agent_roles,
+    list_agents,
+    show_agent,
+    show_agent_diff,
+    show_agent_log,
+    show_agent_task_history,
+    show_agents,
+    start_agent,
+    start_agent_task,
+    stop_agent,
+    wait_for_agents,
 )
 
 __all__ = ["TOOLS", "ToolSpec", "instructions", "nullable_as_type", "register"]

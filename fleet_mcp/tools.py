@@ -18,14 +18,35 @@ from pydantic import Field
 from .fleet.agents import Fleet
 from .fleet.background import Watch, offered
 from .fleet.lifecycle import MAX_AUTOSTOP_MINUTES, Lifecycle
-from .models import (
-    AgentDiff, AgentGlances, AgentList, AgentLog, AgentStatus, AnswerResult, Condition, CreatedAgent, DeleteResult,
-    Projects, Roles, ShownAgent, TaskHistory, TaskResult, TurnOutcome, WaitResult,
-)
 from .fleet.rules import MAX_NAME, MAX_SPEC, NAME_PATTERN, PATH_MAX
 from .fleet.turns import DIFF_PAGE_MAX, Turns
-from .serving.services import services_of
 from .fleet.waits import MAX_WAIT_S, Waits
+from .models import (
+    AgentDiff,
+    AgentGlances,
+    AgentList,
+    AgentLog,
+    AgentStatus,
+    AnswerResult,
+    Condition,
+    CreatedAgent,
+    DeleteResult,
+    Projects,
+    Roles,
+    ShownAgent,
+    TaskHistory,
+    TaskResult,
+    TurnOutcome,
+    WaitResult,
+)
+from .serving.services import services_of
+
+__all__ = [
+    "answer_agent", "cancel_agent_task", "create_agent", "delete_agent", "fleet_of", "get_agent_result",
+    "lifecycle_of", "list_agent_projects", "list_agent_roles", "list_agents", "show_agent", "show_agent_diff",
+    "show_agent_log", "show_agent_task_history", "show_agents", "start_agent", "start_agent_task", "stop_agent",
+    "turns_of", "wait_for_agents", "waits_of",
+]
 
 AgentName = Annotated[str, Field(description="The agent's name, as created")]
 Page = Annotated[int, Field(ge=1, description="Page number, starting at 1")]

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tool_reference import main as rewrite  # a sibling script, found through the path above
 from tool_reference import DOCS, updated
+from tool_reference import main as rewrite  # a sibling script, found through the path above
 
 START, END = "<!-- settings:start -->", "<!-- settings:end -->"
 SETTINGS = DOCS / "settings.md"

@@ -14,7 +14,7 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from coder_spec import SwaggerValidator, agentapi_validator, coder_validator, reference_dir
+from tests.coder_spec import SwaggerValidator, agentapi_validator, coder_validator, reference_dir
 
 
 class Conformance:

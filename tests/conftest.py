@@ -9,10 +9,20 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from conformance import Conformance
 from fleet_mcp.emulator import Emulator
-from support import (ALICE_TOKEN, SPAWNS, TOKEN, CheckedTransport, Tools, check_each_schema_once, client_for, count_spawns,
-                     fleet_settings, subdomain_apps_only)
+from tests.conformance import Conformance
+from tests.support import (
+    ALICE_TOKEN,
+    SPAWNS,
+    TOKEN,
+    CheckedTransport,
+    Tools,
+    check_each_schema_once,
+    client_for,
+    count_spawns,
+    fleet_settings,
+    subdomain_apps_only,
+)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -35,17 +35,17 @@ from dataclasses import dataclass
 import httpx
 import pytest
 import pytest_asyncio
-from conformance import Conformance
 from fastmcp import Client, FastMCP
-from processes import free_port
-from support import TOOLS as ALL_TOOLS
-from support import CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp.coder import exchange as coder_exchange
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.coder.errors import ErrorAnswer
 from fleet_mcp.server import build_server
+from tests.conformance import Conformance
+from tests.processes import free_port
+from tests.support import TOOLS as ALL_TOOLS
+from tests.support import CheckedTransport, Tools, fleet_settings
 
 SECRET = "tok-SECRET-7f3a9c1e5b2d4680"
 UNEXPECTED = "unexpected problem"

@@ -61,7 +61,7 @@ def wait_serving(url: str, proc: subprocess.Popen, logs: Path | None = None, tim
     with httpx.Client(timeout=2) as client:  # one: a new httpx client costs ~50 ms of CPU (its TLS context)
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{proc.args} exited with {proc.returncode}: {logs.read_text() if logs else ''}")
+                raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}: {logs.read_text() if logs else ''}")
             try:
                 client.get(url)
                 return
@@ -116,7 +116,7 @@ class Lines:
 
     def settings(self, count: int, timeout: float = WAIT_S) -> dict[str, str]:
         """The next `count` lines read as KEY=VALUE."""
-        found = {}
+        found: dict[str, str] = {}
         for _ in range(count):
             line = self.next(timeout)
             if line is None:
@@ -143,6 +143,7 @@ def emulator_process(*args: str, stderr: IO[str] | int = subprocess.DEVNULL) -> 
                             stdout=subprocess.PIPE,
                             stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=clean_env())
     try:
+        assert proc.stdout is not None
         found = Lines(proc.stdout).settings(2)
         yield Emulated(proc, found["CODER_URL"], found["CODER_SESSION_TOKEN"])
     finally:

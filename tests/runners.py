@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from processes import clean_env
-from support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
+from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.runners.runtime import first_line
-from fleet_mcp.emulator.app import running
 from fleet_mcp.runner.store import Saved
+from tests.processes import clean_env
+from tests.support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 if TYPE_CHECKING:
     from fleet_mcp.emulator import Emulator
@@ -96,7 +96,7 @@ def shared_runner_fleet(script: Callable[[dict], Reply] | None = None, **setting
 
     @pytest_asyncio.fixture(scope="module", loop_scope="module")
     async def fleet(request: pytest.FixtureRequest) -> AsyncIterator[SharedFleet]:
-        from conformance import Conformance
+        from tests.conformance import Conformance
 
         conformance = request.config.stash[Conformance.KEY]
         with contextlib.ExitStack() as stack:

@@ -1,7 +1,7 @@
 """Helpers the tests share: tokens, clients to the emulator, the fleet's tools through MCP.
 
 Plain functions and classes (fixtures live in conftest.py), importable as
-`from support import ...` from any test module.
+`from tests.support import ...` from any test module.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from conformance import Conformance
 from fleet_mcp.emulator import Emulator
+from tests.conformance import Conformance
 
 TOKEN = "demo-token"
 ALICE_TOKEN = "demo-token-alice"
@@ -72,7 +72,7 @@ def check_each_schema_once() -> None:
             valid.add(key)
 
     check_schema.once = True  # type: ignore[attr-defined]
-    Draft202012Validator.check_schema = classmethod(check_schema)  # type: ignore[method-assign,assignment]
+    Draft202012Validator.check_schema = classmethod(check_schema)
 
 
 APP_HOST = "apps.example.test"  # the emulator's wildcard app host is `*.` this
@@ -82,6 +82,22 @@ def subdomain_apps_only(emulator: Emulator) -> None:
     """The emulator as a Coder run with `--wildcard-access-url '*.apps.example.test' --disable-path-apps`."""
     emulator.backend.wildcard_hostname = f"*.{APP_HOST}"
     emulator.backend.disable_path_apps = True
+
+
+@contextmanager
+def emulator_thread(token: str = TOKEN) -> Iterator[Emulator]:
+    """An emulator on real time (as `fleet-mcp emulator` runs it), served on a loopback port (its `url`) from a thread of this process: the Coder
+    of servers under test where the emulator's own process is not what a test is about (it saves that
+    process's start-up, a second of CPU)."""
+    from fleet_mcp.emulator import REAL_TIME
+    from fleet_mcp.emulator.app import in_background
+
+    emulator = Emulator(token=token, virtual=False, timings=REAL_TIME)
+    close = in_background(emulator)
+    try:
+        yield emulator
+    finally:
+        close()
 
 
 def client_for(emulator: Emulator, conformance: Conformance, token: str | None = TOKEN) -> httpx.AsyncClient:

@@ -20,9 +20,22 @@ from fleet_mcp.coder.bounded import Limit
 from fleet_mcp.coder.errors import AppUnavailable, CoderError, PathAppsDisabled, Unavailable
 from fleet_mcp.coder.exchange import Exchange, Headers
 from fleet_mcp.coder.schemas import (
-    AppHost, BuildInfo, BuildParameter, Organization, Preset, Presets,
-    Region, RegionsPage, RichParameter, Template, TemplateVersion, User, Workspace, WorkspaceBuild,
-    WorkspaceResource, WorkspacesPage,
+    AppHost,
+    BuildInfo,
+    BuildParameter,
+    Organization,
+    Preset,
+    Presets,
+    Region,
+    RegionsPage,
+    RichParameter,
+    Template,
+    TemplateVersion,
+    User,
+    Workspace,
+    WorkspaceBuild,
+    WorkspaceResource,
+    WorkspacesPage,
 )
 
 __all__ = ["App", "CoderClient", "ConnectTo", "Transition", "app_proxy_path"]

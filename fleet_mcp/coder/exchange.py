@@ -23,10 +23,16 @@ from fleet_mcp.coder import bounded, netcause
 from fleet_mcp.coder.answers import APP_VALUES, BIG_ANSWER, parsed
 from fleet_mcp.coder.apps import ConnectTo
 from fleet_mcp.coder.bounded import Limit
-from fleet_mcp.coder.pools import Pools
 from fleet_mcp.coder.errors import (
-    CoderError, Oversized, RateLimited, ServerError, Unavailable, error_from_response, redact,
+    CoderError,
+    Oversized,
+    RateLimited,
+    ServerError,
+    Unavailable,
+    error_from_response,
+    redact,
 )
+from fleet_mcp.coder.pools import Pools
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState

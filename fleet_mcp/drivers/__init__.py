@@ -13,15 +13,31 @@ from ..coder.client import App, CoderClient
 from ..coder.schemas import Workspace, WorkspaceAgent, WorkspaceApp
 from .agentapi import AgentAPIDriver, screen_prompt
 from .base import (
-    Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, NotSupported,
-    Pending, StalePrompt, TurnEnd, TurnResult, Unkeyed, Unreachable,
+    Answered,
+    Busy,
+    Driver,
+    DriverError,
+    DriverKind,
+    IfBusy,
+    Live,
+    LiveState,
+    Message,
+    NothingPending,
+    NotSupported,
+    Pending,
+    StalePrompt,
+    TurnEnd,
+    TurnResult,
+    Unkeyed,
+    Unreachable,
 )
 from .runner import RunnerDriver
 
 __all__ = [
-    "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState", "Message",
-    "NothingPending", "NotSupported", "Pending", "Slugs", "StalePrompt", "TurnEnd", "TurnResult", "Unkeyed",
-    "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach", "screen_prompt",
+    "AgentAPIDriver", "Answered", "Busy", "Driver", "DriverError", "DriverKind", "IfBusy", "Live", "LiveState",
+    "Message", "NothingPending", "NotSupported", "Pending", "RunnerDriver", "Slugs", "StalePrompt", "TurnEnd",
+    "TurnResult", "Unkeyed", "Unreachable", "agent_and_app", "driver_app", "driver_for", "same_reach",
+    "screen_prompt",
 ]
 
 

@@ -22,7 +22,16 @@ from ..coder.client import App, CoderClient
 from ..coder.lenient import LenientModel, Text, Timestamp
 from ..deadlines import sooner
 from .base import (
-    Busy, DriverKind, IfBusy, Live, Message, NothingPending, NotSupported, Pending, TurnResult, Unreachable,
+    Busy,
+    DriverKind,
+    IfBusy,
+    Live,
+    Message,
+    NothingPending,
+    NotSupported,
+    Pending,
+    TurnResult,
+    Unreachable,
     oversized,
 )
 

@@ -20,8 +20,21 @@ from ..coder.bounded import Limit
 from ..coder.client import App, CoderClient
 from ..coder.lenient import parse_timestamp
 from .base import (
-    Answered, Busy, DriverError, DriverKind, IfBusy, Live, LiveState, Message, NothingPending, Pending, StalePrompt,
-    TurnResult, Unkeyed, Unreachable, oversized,
+    Answered,
+    Busy,
+    DriverError,
+    DriverKind,
+    IfBusy,
+    Live,
+    LiveState,
+    Message,
+    NothingPending,
+    Pending,
+    StalePrompt,
+    TurnResult,
+    Unkeyed,
+    Unreachable,
+    oversized,
 )
 
 __all__ = ["RunnerDriver"]

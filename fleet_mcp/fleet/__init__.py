@@ -2,3 +2,5 @@
 
 Decides; never speaks HTTP itself (the Coder client and the drivers do).
 """
+
+__all__: list[str] = []  # the package offers its modules

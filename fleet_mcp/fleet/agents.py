@@ -12,30 +12,41 @@ from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any
 
-from .builds import Builds
 from ..coder import errors as ce
 from ..coder.client import CoderClient
 from ..coder.schemas import Workspace, WorkspaceAppStatus, WorkspaceBuild
 from ..drivers import (
-    Driver, DriverError, Live, Message, Slugs, Unkeyed, Unreachable, driver_app, driver_for, same_reach,
+    Driver,
+    DriverError,
+    Live,
+    Message,
+    Slugs,
+    Unkeyed,
+    Unreachable,
+    driver_app,
+    driver_for,
+    same_reach,
 )
 from ..drivers.keys import SECRET_SETTING, KeyProblem, key_of
 from ..errors import FleetError, bad_request, not_found, unavailable
-from ..models import (
-    AgentList, AgentLog, AgentSummary, LogMessage, Projects, Roles, ShownAgent, Task, TaskHistory,
-)
-from .answers import agent_answer, facts, last_activity, with_screen_prompt
-from .asks import confirmed_all
-from .projects import Catalog
-from .reads import nothing, own_problem, prefetch, quietly
-from .rules import (
-    FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, RUNNER_KEY, TASK,
-    paginate, valid_name,
-)
+from ..models import AgentList, AgentLog, AgentSummary, LogMessage, Projects, Roles, ShownAgent, Task, TaskHistory
 from ..settings import Settings
 from ..times import iso
+from .answers import agent_answer, facts, last_activity, with_screen_prompt
+from .asks import confirmed_all
+from .builds import Builds
+from .projects import Catalog
+from .reads import nothing, own_problem, prefetch, quietly
+from .rules import FLEET_QUERY, LIST_TASK_CHARS, LOG_MESSAGE_CHARS, MANAGED, RUNNER_KEY, TASK, paginate, valid_name
 from .status import (
-    RUNNER_PROMPT_URI, Ready, Snapshot, base_status, list_status, live_status, needs_attention, reported_task,
+    RUNNER_PROMPT_URI,
+    Ready,
+    Snapshot,
+    base_status,
+    list_status,
+    live_status,
+    needs_attention,
+    reported_task,
 )
 
 __all__ = ["Fleet", "why_unreachable"]

@@ -12,9 +12,9 @@ from ..coder import errors as ce
 from ..coder.client import CoderClient, Transition
 from ..coder.schemas import Workspace
 from ..errors import FleetError, conflict, unavailable
+from ..settings import Settings
 from .polling import poll_until
 from .rules import BUILD_ACTIVE, MANAGED, PROJECT, ROLE, SPEC
-from ..settings import Settings
 
 __all__ = ["Builds"]
 

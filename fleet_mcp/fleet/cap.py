@@ -35,14 +35,14 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .builds import Builds
 from ..coder import errors as ce
 from ..coder.client import CoderClient
 from ..coder.schemas import Workspace
 from ..errors import FleetError, conflict, unavailable
+from ..settings import Settings
+from .builds import Builds
 from .polling import poll_until
 from .rules import FLEET_QUERY
-from ..settings import Settings
 
 __all__ = ["HELD_S", "Cap", "Headcount", "Tally", "counts"]
 

@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import functools
 import json
+from typing import Any
 
-from .cap import Cap, Tally
 from ..coder import errors as ce
 from ..coder.client import Transition
 from ..coder.schemas import RichParameter, Template, Workspace
 from ..drivers.keys import new_parameter
 from ..errors import FleetError, bad_request, unexpected
+from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
 from .agents import Fleet
 from .answers import agent_answer
-from ..models import CreatedAgent, DeletedAgent, DeleteResult, ShownAgent
+from .cap import Cap, Tally
 from .reads import settle
 from .rules import (
-    MANAGED, MAX_COST, MAX_TURNS, MODEL, PROJECT, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC, TASK,
-    check_name, check_result_schema, check_text, valid_name,
+    MANAGED,
+    MAX_COST,
+    MAX_TURNS,
+    MODEL,
+    PROJECT,
+    RESULT_SCHEMA,
+    ROLE,
+    RUNNER_KEY,
+    RUNNER_PARAMETERS,
+    SPEC,
+    TASK,
+    check_name,
+    check_result_schema,
+    check_text,
+    valid_name,
 )
 from .status import Snapshot, list_status
 

@@ -7,19 +7,33 @@ from dataclasses import replace
 from typing import Any
 
 from ..coder import errors as ce
-from ..drivers import (
-    Answered, Busy, Driver, DriverError, DriverKind, IfBusy, Live, NothingPending, NotSupported, Pending,
-    StalePrompt, TurnResult, Unkeyed, Unreachable, same_reach, screen_prompt,
-)
-from ..errors import FleetError, bad_request, conflict, unavailable
 from ..deadlines import sooner
+from ..drivers import (
+    Answered,
+    Busy,
+    Driver,
+    DriverError,
+    DriverKind,
+    IfBusy,
+    Live,
+    NothingPending,
+    NotSupported,
+    Pending,
+    StalePrompt,
+    TurnResult,
+    Unkeyed,
+    Unreachable,
+    same_reach,
+    screen_prompt,
+)
 from ..drivers.keys import SECRET_SETTING
+from ..errors import FleetError, bad_request, conflict, unavailable
+from ..models import AgentDiff, AnswerResult, DiffScope, LastTurn, Task, TaskResult, TurnOutcome
+from ..times import iso, now_iso
 from .agents import Fleet, why_unreachable
 from .answers import prompt, with_screen_prompt
-from ..models import AgentDiff, DiffScope, AnswerResult, LastTurn, Task, TaskResult, TurnOutcome
 from .polling import poll_until
 from .reads import prefetch, quietly
-from ..times import iso, now_iso
 from .rules import PR_LINK, TASK, check_repository_path, check_result_schema, check_text
 from .status import Snapshot, live_status
 

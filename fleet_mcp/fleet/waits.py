@@ -13,17 +13,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import get_args
 
-from .background import Watch, offered
-from .rate import Meter
 from ..coder.schemas import Workspace, WorkspacesPage
 from ..drivers import Driver, Live, Message, Unreachable, same_reach
 from ..errors import bad_request, not_found, unavailable
+from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
+from ..times import iso
 from .agents import Fleet
 from .answers import prompt, with_screen_prompt
 from .asks import confirmed_all
-from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResult
+from .background import Watch, offered
+from .rate import Meter
 from .reads import own_problem, prefetch
-from ..times import iso
 from .rules import FLEET_QUERY, valid_name
 from .status import Snapshot, Status, list_status, live_status, reported_task
 

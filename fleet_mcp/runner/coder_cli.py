@@ -10,8 +10,6 @@ CLI, which delivers it over the socket at once and logs (to its stderr) what the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import asyncio
 import importlib
 import logging
@@ -19,6 +17,7 @@ import os
 import shutil
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fastmcp import Client

@@ -12,8 +12,6 @@ never by an attribute: the summary, the diff and the patch all come from the sam
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import re
 import shutil
@@ -21,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .gitexec import GitError, Isolated, isolate, records, run, stream
 

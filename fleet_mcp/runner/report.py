@@ -5,13 +5,12 @@ never blocking a turn."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import contextlib
 import logging
 import re
 from contextlib import AsyncExitStack
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx

@@ -20,8 +20,8 @@ from mcp_types import INVALID_PARAMS, ElicitRequest, ElicitRequestFormParams, El
 from ..errors import FleetError, guarded
 from ..fleet.background import Watch
 from ..fleet.polling import within
-from ..models import PendingPrompt, Task, TaskResult, WaitedAgent, WaitResult
 from ..fleet.rules import MAX_SPEC
+from ..models import PendingPrompt, Task, TaskResult, WaitedAgent, WaitResult
 from ..times import now_iso
 from .services import Services
 

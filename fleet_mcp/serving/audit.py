@@ -38,9 +38,9 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import SecretStr
 
-from .front import sent_token
 from ..redaction import REDACTED, redact
 from ..times import iso
+from .front import sent_token
 from .tokens import caller
 
 __all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_LINE", "MAX_TEXT", "REDACTED", "REPORT_EVERY_S", "AuditLog", "cannot_open",

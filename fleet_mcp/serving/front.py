@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastmcp.server.dependencies import get_http_request
 from starlette.types import ASGIApp, Receive, Scope, Send

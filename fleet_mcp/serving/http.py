@@ -25,9 +25,9 @@ from pydantic import SecretStr
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..settings import Settings
 from .front import MCP_PATH, Health, bearer, where
 from .front import send_json as _send_json
-from ..settings import Settings
 
 __all__ = ["Drain", "Gate", "allowed_hosts", "allowed_origins", "build_app", "is_loopback", "refuse_bind"]
 

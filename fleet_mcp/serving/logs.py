@@ -7,11 +7,9 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 
-import fastmcp
-
 from ..redaction import redact
 
-__all__ = ["OneLine", "Redact", "setup"]
+__all__ = ["OneLine", "Redact", "hand_over_fastmcp", "setup"]
 
 # MCP session ids (the SDK mints uuid4().hex) are bearer-like: whoever holds one can use the session.
 _SESSION_ID = re.compile(r"\b[0-9a-f]{32}\b")
@@ -71,12 +69,20 @@ def setup(secrets: Iterable[str] = (), level: str = "INFO", also: Callable[[], s
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # FastMCP gives its logger Rich handlers of its own (at import, and again whenever a server runs with a
-    # log level) that do not propagate: turned off through its setting, its records reach the root's handler.
+    for noisy in ("httpx", "httpcore"):  # a line per request: only where DEBUG is asked for
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+
+
+def hand_over_fastmcp(level: str = "INFO") -> None:
+    """FastMCP's records to the root's handler at `level` (call once the server is built, before serving).
+
+    FastMCP gives its logger Rich handlers of its own (at import, and again whenever a server runs with a log
+    level) that do not propagate: turned off through its setting, its records reach the root's handler. Kept
+    apart from `setup` so that a server refusing to start never imports FastMCP (a second of CPU)."""
+    import fastmcp
+
     fastmcp.settings.log_enabled = False
     ours = logging.getLogger("fastmcp")
     ours.handlers.clear()
     ours.propagate = True
     ours.setLevel(level)
-    for noisy in ("httpx", "httpcore"):  # a line per request: only where DEBUG is asked for
-        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)

@@ -5,14 +5,13 @@ Each failure is one line naming what to fix; `fleet-mcp` prints it and exits 2.
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from dotenv import dotenv_values

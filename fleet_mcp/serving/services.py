@@ -18,8 +18,8 @@ from fastmcp.server.dependencies import get_access_token
 from ..coder.client import CoderClient
 from ..errors import FleetError
 from ..fleet.agents import Fleet
-from ..fleet.rate import Meter
 from ..fleet.lifecycle import Lifecycle
+from ..fleet.rate import Meter
 from ..fleet.turns import Turns
 from ..fleet.waits import Waits
 from ..settings import Settings

@@ -25,8 +25,17 @@ from fastmcp.tools import ToolResult
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, CallToolRequestParams, CallToolResult, CancelTaskRequestParams,
-    ElicitRequest, ElicitResult, GetTaskRequestParams, RequestParams, Result, TaskStatus,
+    CLIENT_CAPABILITIES_META_KEY,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    CancelTaskRequestParams,
+    ElicitRequest,
+    ElicitResult,
+    GetTaskRequestParams,
+    RequestParams,
+    Result,
+    TaskStatus,
 )
 from pydantic import BaseModel, Field
 
@@ -34,8 +43,8 @@ from ..errors import FleetError, guarded
 from ..fleet.background import Handover, Watch, offered
 from ..fleet.polling import within
 from ..models import WaitedAgent
-from . import asks, taskids
 from ..times import iso
+from . import asks, taskids
 from .services import Services, services_of
 
 __all__ = ["TASKS", "CreatedTask", "DetailedTask", "FleetTasks", "UpdateTaskParams", "declared"]

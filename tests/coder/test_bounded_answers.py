@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from fastmcp import Client
-from support import Tools, fleet_settings
 
 from fleet_mcp.coder import bounded
 from fleet_mcp.coder import errors as ce
@@ -26,6 +25,7 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.faults import gzip_bomb
 from fleet_mcp.server import build_server
+from tests.support import Tools, fleet_settings
 
 MB = 1_000_000
 STATUS = Path("/proc/self/status")

@@ -8,11 +8,11 @@ import time
 
 import httpx
 import pytest
-from support import ALICE_TOKEN, TOKEN, fleet_settings
 
 from fleet_mcp.coder import errors as ce
 from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.emulator.app import running
+from tests.support import ALICE_TOKEN, TOKEN, fleet_settings
 
 
 @pytest.fixture

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 from fastmcp import Client
-from processes import free_port
-from support import Tools, fleet_settings
 
 from fleet_mcp.coder.apps import App
 from fleet_mcp.drivers.runner import RunnerDriver
-from fleet_mcp.serving.connections import raise_fd_limit
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
+from fleet_mcp.serving.connections import raise_fd_limit
+from tests.processes import free_port
+from tests.support import Tools, fleet_settings
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Scripted"], Awaitable[None]]
 

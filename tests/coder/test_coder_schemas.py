@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import httpx

@@ -236,10 +236,10 @@ def connect(target: Target, strict_replay: list[str]):
     """Open an MCP client to a fleet server for `target`, optionally with another token."""
     from contextlib import asynccontextmanager
 
-    from support import Tools, fleet_settings
     from fastmcp import Client
 
     from fleet_mcp.server import build_server
+    from tests.support import Tools, fleet_settings
 
     @asynccontextmanager
     async def open_fleet(token: str | None = None) -> AsyncIterator[Fleet]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import TOKEN
+
+from tests.support import TOKEN
 
 CASSETTES = Path(__file__).resolve().parents[2] / "cassettes"
 QUICK = "Reply with the single word done and change no files. [[finish:1]]"

@@ -11,7 +11,8 @@ import time
 
 import httpx
 import pytest
-from processes import emulator_process, stop
+
+from tests.processes import emulator_process, stop
 
 pytestmark = pytest.mark.system
 
@@ -131,7 +132,7 @@ def test_coders_app_flags_serve_subdomain_apps_and_refuse_path_apps():
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path):
     import socket
 
-    from processes import SERVER, WAIT_S, clean_env
+    from tests.processes import SERVER, WAIT_S, clean_env
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

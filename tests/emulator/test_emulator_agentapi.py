@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from support import TOKEN, create_workspace
 
 from fleet_mcp.emulator import REAL_TIME, Emulator
 from fleet_mcp.emulator.app import running
+from tests.support import TOKEN, create_workspace
 
 BUSY = "failed to send message: message can only be sent when the agent is waiting for user input"
 PR = "https://github.com/example/repo/pull/"

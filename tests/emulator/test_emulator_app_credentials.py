@@ -14,12 +14,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.coder.proxy import strip_coder_cookies
 from fleet_mcp.emulator.runners.runtime import RunnerForward
+from tests.support import TOKEN
 
 HAND_MADE = "/@demo/hand-made/apps/ccw"  # seeded: demo's workspace with an AgentAPI app
 WILDCARD = "*.apps.emulator.test"

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from support import create_workspace
+
+from tests.support import create_workspace
 
 ROUTE = "/api/v2/workspaceagents/me/app-status"
 NOT_AUTHORIZED = ("The agent cannot authenticate until the workspace provision job has been completed. If the job "

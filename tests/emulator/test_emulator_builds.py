@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from support import create_workspace
+from tests.support import create_workspace
 
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Build things"}
 

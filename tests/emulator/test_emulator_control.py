@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from support import asgi_request, create_workspace
-
 from fleet_mcp.emulator.control import AgentControl, ControlAPI
+from tests.support import asgi_request, create_workspace
 
 
 async def test_demo_seed(coder):
@@ -124,12 +123,12 @@ async def test_each_control_action_is_a_method_callable_alone(emulator):
     api = ControlAPI(emulator.control, emulator.proxy)
     before = emulator.backend.now()
     answer = await api.clock(asgi_request("POST", "/emulator/clock", {"seconds": 90}))
-    assert json.loads(answer.body)["now"] == (before + timedelta(seconds=90)).isoformat()
-    assert json.loads((await api.rate_limit(asgi_request("POST", "/emulator/rate-limit", {"enabled": False}))).body) \
+    assert json.loads(bytes(answer.body))["now"] == (before + timedelta(seconds=90)).isoformat()
+    assert json.loads(bytes((await api.rate_limit(asgi_request("POST", "/emulator/rate-limit", {"enabled": False}))).body)) \
         == {"enabled": False} and not emulator.backend.rate_limit
     agents = AgentControl(emulator.backend, emulator.claude, emulator.runners)
     token = agents.on_workspace(agents.token)
     missing = await token(asgi_request("GET", "/emulator/agents/nope/token", path_params={"workspace": "nope"}))
-    assert (missing.status_code, json.loads(missing.body)) == (404, {"error": "no workspace demo/nope"})
+    assert (missing.status_code, json.loads(bytes(missing.body))) == (404, {"error": "no workspace demo/nope"})
     found = await token(asgi_request("GET", "/emulator/agents/hand-made/token", path_params={"workspace": "hand-made"}))
-    assert found.status_code == 200 and json.loads(found.body)["agent_name"]
+    assert found.status_code == 200 and json.loads(bytes(found.body))["agent_name"]

@@ -15,8 +15,7 @@ import pytest
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.faults import ConnectionDropped
-
-from support import ALICE_TOKEN, TOKEN
+from tests.support import ALICE_TOKEN, TOKEN
 
 SIGNED_OUT = "You are signed out or your session has expired. Please sign in again to continue."
 WORKSPACES = "/api/v2/workspaces"

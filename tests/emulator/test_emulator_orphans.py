@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import clean_env, http_server
-from runners import needs_sdk
+
+from tests.processes import clean_env, http_server
+from tests.runners import needs_sdk
 
 pytestmark = [pytest.mark.system, needs_sdk]
 UP_S = 180.0  # bounds on processes starting on a loaded machine; met in seconds when it is not

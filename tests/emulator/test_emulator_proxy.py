@@ -6,7 +6,8 @@ import html
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from support import ALICE_TOKEN, TOKEN, client_for, create_workspace
+
+from tests.support import ALICE_TOKEN, TOKEN, client_for, create_workspace
 
 HAND_MADE = "/@demo/hand-made/apps/ccw"  # seeded: demo's fleet-template workspace, AgentAPI idle
 SIGNED_OUT = "You are signed out or your session has expired. Please sign in again to continue."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from support import client_for
+from tests.support import client_for
 
 
 async def test_buildinfo_needs_no_token(emulator, conformance):

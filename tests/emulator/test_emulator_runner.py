@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import TOKEN, client_for, create_workspace, template_named
 
 from fleet_mcp.emulator import REAL_TIME, Emulator
 from fleet_mcp.emulator.app import running
+from tests.support import TOKEN, client_for, create_workspace, template_named
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from support import create_workspace
+
+from tests.support import create_workspace
 
 MINUTE, HOUR = 60_000, 3_600_000
 NOT_ALLOWED = "Custom autostop TTL is not allowed for workspaces using this template."

@@ -7,8 +7,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
-from coder_spec import RecordedShapes, missing_keys, reference_dir
-from support import client_for, create_workspace, template_named
+
+from tests.coder_spec import RecordedShapes, missing_keys, reference_dir
+from tests.support import client_for, create_workspace, template_named
 
 pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
 

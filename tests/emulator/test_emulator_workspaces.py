@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from support import create_workspace, template_named
+
+from tests.support import create_workspace, template_named
 
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Do the thing"}
 

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from coder_spec import missing_keys, reference_dir
 
 from fleet_mcp.coder.schemas import WorkspacesPage
 from fleet_mcp.drivers import Slugs
 from fleet_mcp.fleet.status import Snapshot, list_status
+from tests.coder_spec import missing_keys, reference_dir
 
 pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
 STANDIN = Path(__file__).resolve().parents[2] / "bench" / "standin.py"

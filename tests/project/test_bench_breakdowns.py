@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from coder_spec import reference_dir
-from test_bench import BENCH, TIMEOUT_S, number
+
+from tests.coder_spec import reference_dir
+from tests.project.test_bench import BENCH, TIMEOUT_S, number
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 

@@ -9,13 +9,13 @@ import json
 import subprocess
 
 import pytest
-from runners import runner_api
-from test_bench_bodies import standin
 
 from fleet_mcp.emulator.runners.project import seed_repository
 from fleet_mcp.runner.changes import ChangeLog
 from fleet_mcp.runner.store import Saved
 from fleet_mcp.runner_wire import Changes, Message, Result
+from tests.project.test_bench_bodies import standin
+from tests.runners import runner_api
 
 APP = "/@demo/bench-0001.main/apps/fleet/"
 AT = "2026-11-24T12:00:00.000Z"

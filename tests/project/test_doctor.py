@@ -19,14 +19,14 @@ import sys
 
 import httpx
 import pytest
-from processes import clean_env, free_port
-from support import CheckedTransport, fleet_settings
 
 from fleet_mcp import cli
 from fleet_mcp.doctor import Report, diagnose, run
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.serving.preflight import StartupError
+from tests.processes import clean_env, free_port
+from tests.support import CheckedTransport, fleet_settings
 
 DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
 FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]
@@ -350,7 +350,7 @@ async def test_doctor_warns_when_workspace_answers_carry_no_app_statuses(emulato
 def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
     """docs/settings.md "Coder without path apps": the emulator with Coder's flags; doctor, with FLEET_MCP_CONNECT_TO
     where no DNS knows the wildcard, and without it."""
-    from processes import emulator_process
+    from tests.processes import emulator_process
 
     flags = ("--wildcard-access-url", "*.apps.example.test", "--disable-path-apps")
     with emulator_process(*flags) as emulated:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from processes import clean_env
-from support import TOOLS
 
 from fleet_mcp import __version__
+from tests.processes import clean_env
+from tests.support import TOOLS
 
 pytestmark = pytest.mark.system
 

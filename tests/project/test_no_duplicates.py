@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from support import CheckedTransport, Tools, fleet_settings
-
 from fastmcp import Client
+
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
+from tests.support import CheckedTransport, Tools, fleet_settings
 
 SPEC = "Ship it [[finish:2]]"
 
@@ -70,7 +70,7 @@ async def test_create_posts_exactly_once_whatever_happens(over_socket):
 
 async def test_delete_waits_for_a_build_it_may_not_cancel(emulator, conformance):
     """Alice is no site owner and fleet-research forbids user cancels: delete waits for the build."""
-    from support import ALICE_TOKEN, client_for
+    from tests.support import ALICE_TOKEN, client_for
 
     settings = fleet_settings(coder_session_token=ALICE_TOKEN)
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)

@@ -31,7 +31,7 @@ def test_ci_runs_the_readmes_commands_verbatim():
     ci = (REPO / ".ci" / "run").read_text()
     demo = 'python3 -m venv .venv && .venv/bin/pip install -e ".[runner]" && .venv/bin/fleet-mcp demo'
     lint = ('python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && '
-            '.venv/bin/ruff check fleet_mcp tests bench scripts && .venv/bin/mypy fleet_mcp')
+            '.venv/bin/ruff check fleet_mcp tests bench scripts && .venv/bin/mypy fleet_mcp tests')
     suite = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test,runner]" && .venv/bin/python -m pytest -n auto'
     for command in (demo, lint, suite):
         assert command in readme and command in ci.splitlines()

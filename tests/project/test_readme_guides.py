@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from support import TOOLS
+from tests.support import TOOLS
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -52,8 +52,8 @@ def markers(module) -> set[str]:
 
 
 def test_the_scripting_reference_covers_every_marker_of_both_runtimes():
-    from fleet_mcp.emulator.runners import anthropic
     from fleet_mcp.emulator.agentapi import session
+    from fleet_mcp.emulator.runners import anthropic
 
     agentapi, runner = markers(session), markers(anthropic)
     rows = table(section("## Scripting the agents", (REPO / "docs" / "emulator.md").read_text()))
@@ -70,8 +70,8 @@ def test_the_scripting_reference_covers_every_marker_of_both_runtimes():
 
 
 def test_the_runtimes_default_turns_are_as_documented():
-    from fleet_mcp.emulator.runners import anthropic
     from fleet_mcp.emulator.agentapi import session
+    from fleet_mcp.emulator.runners import anthropic
 
     assert session.Script().finish == 5.0  # "(none)": the turn finishes after 5 s
     assert anthropic.Script.parse("plain").steps == 1  # one Write of step-1.txt

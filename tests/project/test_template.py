@@ -22,13 +22,28 @@ from typing import Any
 
 import httpx
 import pytest
-from hcl_reader import (DRIVERS, TEMPLATES, as_list, flag, labelled, load_dir, merged, named, of_type, options,
-                        parameter_ref, parameters as parameters_of, presets as presets_of, template, validation)
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.coder.seed import ROLE_PROMPTS, ROLES
 from fleet_mcp.fleet.rules import FLEET_PARAMETERS, PROJECT, ROLE, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.settings import Settings
+from tests.hcl_reader import (
+    DRIVERS,
+    TEMPLATES,
+    as_list,
+    flag,
+    labelled,
+    load_dir,
+    merged,
+    named,
+    of_type,
+    options,
+    parameter_ref,
+    template,
+    validation,
+)
+from tests.hcl_reader import parameters as parameters_of
+from tests.hcl_reader import presets as presets_of
 
 HERE = TEMPLATES / "fleet-agent"
 APP = {"runner": "fleet", "agentapi": "ccw"}

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hcl_reader import TEMPLATES, flag, merged, named, of_type, parameter_ref, parameters, template, validation
-from processes import free_port
-from runners import needs_sdk
 
 import fleet_mcp
 from fleet_mcp.fleet.rules import MAX_COST, MAX_TURNS, MODEL, RESULT_SCHEMA, ROLE, RUNNER_KEY, RUNNER_PARAMETERS, SPEC
 from fleet_mcp.runner.door import verifier_of
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.settings import Settings
+from tests.hcl_reader import TEMPLATES, flag, merged, named, of_type, parameter_ref, parameters, template, validation
+from tests.processes import free_port
+from tests.runners import needs_sdk
 
 pytestmark = pytest.mark.system
 

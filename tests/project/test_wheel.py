@@ -15,9 +15,9 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from processes import clean_env
 
 from fleet_mcp import __version__
+from tests.processes import clean_env
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from runners import RunningRunner, ScriptedAPI, runner_process, scripted_api
+
+from tests.runners import RunningRunner, ScriptedAPI, runner_process, scripted_api
 
 
 @pytest.fixture(scope="module")

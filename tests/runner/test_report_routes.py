@@ -19,12 +19,12 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from fastmcp.exceptions import ToolError
-from runners import WAIT_S, served
-from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.runners.runtime import first_line, install_coder, spawn_coder_forks
 from fleet_mcp.runner.report import Reporter
+from tests.runners import WAIT_S, served
+from tests.support import TOKEN
 
 pytestmark = pytest.mark.system  # the CLI is a process
 WORKSPACE, SLUG = "dev-box", "code-server"

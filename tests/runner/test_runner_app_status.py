@@ -10,10 +10,10 @@ import time
 
 import httpx
 import pytest
-from runners import WAIT_S, needs_sdk, runner_process, served
-from support import TOKEN
 
 from fleet_mcp.emulator import Emulator
+from tests.runners import WAIT_S, needs_sdk, runner_process, served
+from tests.support import TOKEN
 
 pytestmark = [pytest.mark.system, needs_sdk]
 WORKSPACE, SLUG = "dev-box", "code-server"  # a seeded workspace whose app no scripted AgentAPI reports for

@@ -8,9 +8,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from runners import needs_sdk
 
 from fleet_mcp.emulator.runners.project import seed_repository
+from tests.runners import needs_sdk
 
 pytestmark = [pytest.mark.system, needs_sdk]
 

@@ -9,14 +9,13 @@ import json
 import os
 import subprocess
 import sys
-
 from collections.abc import Iterator
 
 import pytest
-from runners import ScriptedAPI, needs_sdk, scripted_api
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 from fleet_mcp.runner.prompts import digest_of
+from tests.runners import ScriptedAPI, needs_sdk, scripted_api
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"

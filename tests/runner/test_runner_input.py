@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from processes import clean_env
-from runners import runner_api
+
+from tests.processes import clean_env
+from tests.runners import runner_api
 
 pytestmark = pytest.mark.system
 

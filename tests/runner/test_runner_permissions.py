@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from runners import needs_sdk, runner_process
 
 from fleet_mcp.runner.prompts import digest_of, shown_input
 from fleet_mcp.runner_wire import INPUT_MAX
+from tests.runners import needs_sdk, runner_process
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"

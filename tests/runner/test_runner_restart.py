@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from runners import needs_sdk, runner_process
+
+from tests.runners import needs_sdk, runner_process
 
 pytestmark = [pytest.mark.system, needs_sdk]
 SPEC = "Remember the word zebra [[edit:zebra.txt]]"

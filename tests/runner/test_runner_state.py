@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from runners import runner_api
-from support import asgi_request
 
 from fleet_mcp.runner.app import BadRequest, RunnerAPI
 from fleet_mcp.runner.report import Reporter
@@ -15,6 +13,8 @@ from fleet_mcp.runner.session import Conversation
 from fleet_mcp.runner.settings import RunnerSettings
 from fleet_mcp.runner.store import PREVIEW_CHARS, Saved, Store
 from fleet_mcp.runner_wire import Changes, Message, Result
+from tests.runners import runner_api
+from tests.support import asgi_request
 
 AT = "2026-11-24T12:00:00.000Z"
 # The agent's own words, made to look like the runner's state, a permission prompt and a status mark.
@@ -78,7 +78,7 @@ async def test_each_route_is_a_method_callable_alone(tmp_path):
     Store(settings.state_path).save(said(("user", "Go"), results=[finished("Go")]))
     api = RunnerAPI(Conversation(settings, Store(settings.state_path), Reporter(None, None, settings.app_slug)))
     answer = await api.result(asgi_request("GET", "/result"))
-    assert json.loads(answer.body)["result"]["task"] == "Go"
+    assert json.loads(bytes(answer.body))["result"]["task"] == "Go"
     with pytest.raises(BadRequest, match="content") as refused:
         await api.message(asgi_request("POST", "/message", {"content": " "}))
     assert (refused.value.status, refused.value.code) == (400, "bad_request")

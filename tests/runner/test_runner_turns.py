@@ -5,7 +5,8 @@ with a spec and a role): its tests take turns on it."""
 from __future__ import annotations
 
 import pytest
-from runners import needs_sdk
+
+from tests.runners import needs_sdk
 
 pytestmark = [pytest.mark.system, needs_sdk]
 SPEC = "Write the plan [[edit:plan.md]]"

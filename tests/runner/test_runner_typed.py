@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from runners import needs_sdk
+
+from tests.runners import needs_sdk
 
 pytestmark = [pytest.mark.system, needs_sdk]
 
@@ -64,7 +65,7 @@ def test_a_bad_spec_schema_stops_the_runner_at_start(tmp_path, api):  # a runner
     import subprocess
     import sys
 
-    from runners import runner_env
+    from tests.runners import runner_env
 
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(tmp_path)],
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,

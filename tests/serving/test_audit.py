@@ -15,12 +15,22 @@ import pytest
 from fastmcp import Client, FastMCP
 from fastmcp.server.lifespan import ComposedLifespan
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
-from support import TOKEN, CheckedTransport, Tools, fleet_settings
 
-from fleet_mcp.serving.audit import MAX_DEPTH, MAX_ITEMS, MAX_LINE, MAX_TEXT, REDACTED, AuditLog, cannot_open, cut, line_of
 from fleet_mcp.server import audited as audit_lifespan
 from fleet_mcp.server import build_server, one_client
+from fleet_mcp.serving.audit import (
+    MAX_DEPTH,
+    MAX_ITEMS,
+    MAX_LINE,
+    MAX_TEXT,
+    REDACTED,
+    AuditLog,
+    cannot_open,
+    cut,
+    line_of,
+)
+from tests.processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
+from tests.support import TOKEN, CheckedTransport, Tools, fleet_settings
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
 RUNNER_SECRET = "runner-s3cret-for-the-audit-test"

@@ -6,6 +6,9 @@ each write happens at most once, and the caller gets an answer it can act on.
 
 Waits (issue 22 item 10): eight clients wait in wait_for_agents while one replica gets SIGTERM (a rolling
 restart): every wait gets an answer, its result or `unavailable` with a retry hint, never a transport error.
+
+Both tests share one emulator (in this process) and one pair of replicas; a test that kills one starts a fresh
+one on its port, and each test starts with both serving.
 """
 
 from __future__ import annotations
@@ -15,27 +18,35 @@ import queue
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from processes import (
-    Running, audit_lines, free_port, nginx_binary, nginx_process, per_user_server, pid_with_port,
-)
-from support import TOKEN, Tools, http_tools
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import in_background
+from tests.processes import (
+    WAIT_S,
+    Running,
+    audit_lines,
+    free_port,
+    nginx_binary,
+    nginx_process,
+    per_user_server,
+    pid_with_port,
+)
+from tests.support import TOKEN, Tools, http_tools
 
 pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")]
 
 SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
-BUILDS = ("POST", r"/api/v2/workspaces/[^/]+/builds")
-KEYS = ("POST", r"/@[^/]+/[^/]+/apps/ccw/message")  # keys and messages typed to the agent through AgentAPI
+CREATE = ("POST", r"/api/v2/users/[^/]+/workspaces")
+KEYS = ("POST", r"/@[^/]+/{name}(\.[^/]+)?/apps/ccw/message")  # keys and messages typed to the agent (AgentAPI)
+BUILDS = ("POST", r"/api/v2/workspaces/{id}/builds")
 WRITES = {  # tool: (arguments, the write it makes, the agent it acts on: (spec, stopped?))
-    "create_agent": ({"name": "w-create", "project": "fleet-demo", "spec": "Hello"},
-                     ("POST", r"/api/v2/users/[^/]+/workspaces"), None),
+    "create_agent": ({"name": "w-create", "project": "fleet-demo", "spec": "Hello"}, CREATE, None),
     "start_agent_task": ({"agent_name": "w-task", "task_description": "Just once [[finish:60]]"}, KEYS,
                          ("Warm up [[finish:1]]", False)),
     "cancel_agent_task": ({"agent_name": "w-cancel"}, KEYS, ("Forever [[hang]]", False)),
@@ -45,43 +56,77 @@ WRITES = {  # tool: (arguments, the write it makes, the agent it acts on: (spec,
     "start_agent": ({"agent_name": "w-start"}, BUILDS, ("Idle [[finish:1]]", True)),
     "delete_agent": ({"agent_name": "w-delete"}, BUILDS, ("Idle [[finish:1]]", False)),
 }
-HOLD_S = 15.0  # longest a held answer waits for its client to leave
+# Each write tool is called on two agents (or names) at once, so that one of its calls likely lands on the replica
+# killed in a round; a round's calls that land on the other replica are refused before any write (nothing changes)
+# and are called again in the next round, with the other replica as the one killed.
+CASES = {f"{tool}-{n}": tool for tool in WRITES for n in (1, 2)}
+ROUNDS = 6  # at most; a round tests every tool with a call on its replica (mostly all, else all but one or two)
+SETTLE_S = 5.0  # after the first held answer: the other calls are held or refused by then (an SSE ping is 15 s)
+
+
+def case_arguments(case: str) -> dict:
+    arguments = dict(WRITES[CASES[case]][0])
+    key = "name" if "name" in arguments else "agent_name"
+    arguments[key] = f"{arguments[key]}-{case[-1]}"
+    return arguments
+
+
+def case_agent(case: str) -> str:
+    arguments = case_arguments(case)
+    return arguments.get("agent_name") or arguments["name"]
 
 
 class HoldAnswer:
-    """Around the emulator's app: the first request of a route `arm`ed is served in full (its write is done),
-    then its answer is held until the client goes away; the client's port is put on `held`. Every request of
-    the armed route is counted in `writes`."""
+    """Around the emulator's app, for the routes `arm`ed (one per case): a request from the replica to be killed
+    is served in full (its write is done), then its answer is held until the client goes away and the case is put
+    on `held`; a request from any other replica is refused (400) before any write. Every request of an armed route
+    is counted in `requests`."""
 
     def __init__(self, app) -> None:
         self.app = app
-        self.route: tuple[str, re.Pattern[str]] | None = None
-        self.writes = 0
-        self.held: queue.Queue[int] = queue.Queue()
+        self.routes: dict[str, tuple[str, re.Pattern[str]]] = {}
+        self.victim, self.pids = 0, [0]
+        self.requests: Counter[str] = Counter()
+        self.held: queue.Queue[str] = queue.Queue()
 
-    def arm(self, method: str, path: str) -> None:
-        self.route, self.writes = (method, re.compile(path)), 0
+    def arm(self, routes: dict[str, tuple[str, str]], victim: int = 0, pids: tuple[int, ...] = (0,)) -> None:
+        self.routes = {case: (method, re.compile(path)) for case, (method, path) in routes.items()}
+        self.victim, self.pids, self.requests = victim, list(pids), Counter()
 
     def release(self) -> None:  # the emulator's server ends held requests at shutdown
         getattr(self.app, "release", lambda: None)()
 
     async def __call__(self, scope, receive, send) -> None:
-        route = self.route
-        if scope["type"] != "http" or route is None or scope["method"] != route[0] or \
-                not route[1].fullmatch(scope["path"]):
+        cases = [case for case, (method, path) in self.routes.items() if scope["type"] == "http"
+                 and scope["method"] == method and path.fullmatch(scope["path"])]
+        if not cases:
             return await self.app(scope, receive, send)
-        self.writes += 1
-        if self.writes > 1:
-            return await self.app(scope, receive, send)
+        body, read = b"", receive
+        if len(cases) > 1:  # creates share a route: the name in the body tells them apart
+            while (message := await receive())["type"] == "http.request":
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            cases = [case for case in cases if f'"{case_agent(case)}"'.encode() in body] or cases[:1]
+            first = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def read() -> dict:
+                return first.pop() if first else await receive()
+        case = cases[0]
+        self.requests[case] += 1
+        if pid_with_port(scope["client"][1], self.pids) != self.victim or self.requests[case] > 1:
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json")]})
+            return await send({"type": "http.response.body", "body": b'{"message":"Not on this replica."}'})
         answer: list[dict] = []
 
         async def keep(message: dict) -> None:
             answer.append(message)
 
-        await self.app(scope, receive, keep)
-        self.held.put(scope["client"][1])
+        await self.app(scope, read, keep)
+        self.held.put(case)
         try:
-            async with asyncio.timeout(HOLD_S):
+            async with asyncio.timeout(WAIT_S):
                 while (await receive())["type"] != "http.disconnect":
                     pass
         except TimeoutError:
@@ -89,92 +134,169 @@ class HoldAnswer:
                 await send(message)
 
 
-def prepare(emulator: Emulator) -> None:
-    """One running agent per write tool that needs one (as the tool needs it: idle, busy, asking, stopped)."""
+def prepare(emulator: Emulator) -> dict[str, tuple[str, str]]:
+    """For each case, a running agent as its tool needs it (idle, busy, asking, stopped), and the `busy` agent
+    the waits wait on; each case's write route."""
     b = emulator.backend
     demo = next(u for u in b.users.values() if u.username == "demo")
     template = next(t for t in b.templates.values() if t.name == "fleet-demo")
-    made = {}
-    for arguments, _, agent in WRITES.values():
-        if agent is not None:
-            made[arguments["agent_name"]] = (b.create_workspace(demo, "me", {
-                "name": arguments["agent_name"], "template_id": template.id, "rich_parameter_values": [
-                    {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_project", "value": "fleet-demo"},
-                    {"name": "fleet_mcp_agent_spec", "value": agent[0]},
-                    {"name": "fleet_mcp_current_task", "value": agent[0]}]}), agent[1])
+
+    def create(name: str, spec: str, managed_project: bool = True):
+        params = [{"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_agent_spec", "value": spec}]
+        if managed_project:
+            params += [{"name": "fleet_mcp_project", "value": "fleet-demo"},
+                       {"name": "fleet_mcp_current_task", "value": spec}]
+        return b.create_workspace(demo, "me", {"name": name, "template_id": template.id,
+                                               "rich_parameter_values": params})
+
+    create("busy", "[[hang]]", managed_project=False)
+    made = {case: (create(case_agent(case), agent[0]), agent[1])
+            for case, tool in CASES.items() if (agent := WRITES[tool][2]) is not None}
     b.clock.advance(30)
     for ws, stopped in made.values():
         if stopped:
             b.create_build(demo, ws.id, {"transition": "stop"})
     b.clock.advance(30)
     b.time_per_request = 0.2  # polls see time move
+    routes = {}
+    for case, tool in CASES.items():
+        method, path = WRITES[tool][1]
+        routes[case] = (method, path.format(name=re.escape(case_agent(case)), id=made[case][0].id if case in made
+                                            else ""))
+    return routes
 
 
-async def kill_in_flight(base: str, tool: str, hold: HoldAnswer, replicas: list) -> tuple[object, int]:
-    """Call `tool` through nginx; once its write is done and held, SIGKILL the replica that made it. What the
-    caller got, and which replica was killed."""
-    async with http_tools(base + "/mcp", TOKEN) as client:
-        arguments = dict(WRITES[tool][0])
-        if tool == "answer_agent":  # the prompt it answers, read as an orchestrator reads it (no write: not held)
-            shown = await Tools(client)("show_agent", agent_name=arguments["agent_name"])
-            arguments["prompt_id"] = shown["agent"]["pending"]["prompt_id"]
-        call = asyncio.create_task(Tools(client)(tool, **arguments))
-        port = await asyncio.to_thread(hold.held.get, True, 30)
-        pid = pid_with_port(port, [r.proc.pid for r in replicas])
-        assert pid is not None, f"no replica holds port {port}"
-        killed = next(n for n, r in enumerate(replicas) if r.proc.pid == pid)
-        replicas[killed].proc.kill()
-        try:
-            return await asyncio.wait_for(call, 30), killed
-        except Exception as exc:  # noqa: BLE001 - what the caller gets is what this test looks at
-            return exc, killed
+class Pair:
+    """Two per-user replicas on fixed ports (nginx's upstreams) over the emulator; `serving` replaces any that
+    died with a fresh one on its port."""
+
+    def __init__(self, tmp_path: Path, emulator_url: str, stack: ExitStack, hold: HoldAnswer,
+                 routes: dict[str, tuple[str, str]], emulator: Emulator) -> None:
+        self.tmp_path, self.emulator_url, self.stack = tmp_path, emulator_url, stack
+        self.hold, self.routes, self.emulator = hold, routes, emulator
+        self.ports, self.logs = [free_port(), free_port()], []
+        self.replicas = [self.start(port) for port in self.ports]
+
+    def start(self, port: int) -> Running:
+        here = self.tmp_path / f"replica-{len(self.logs)}"
+        here.mkdir()
+        self.logs.append(here / "audit.jsonl")
+        return self.stack.enter_context(per_user_server(
+            here, self.emulator_url, port=port, FLEET_MCP_MAX_AGENTS="0", FLEET_MCP_AUDIT_LOG=str(self.logs[-1])))
+
+    def serving(self) -> Pair:
+        for n, replica in enumerate(self.replicas):
+            if replica.proc.poll() is not None:
+                self.replicas[n] = self.start(self.ports[n])
+        return self
+
+    def served(self) -> Counter[str]:
+        """Calls served to their end so far, per case (the audit logs' lines)."""
+        agents = {(tool, case_agent(case)): case for case, tool in CASES.items()}
+        return Counter(agents.get((line["tool"], line["arguments"].get("agent_name") or line["arguments"].get("name")))
+                       for log in self.logs for line in audit_lines(log))
 
 
-def test_a_replica_killed_with_each_write_in_flight_writes_at_most_once(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Iterator[Pair]:
     emulator = Emulator(token=TOKEN)
-    prepare(emulator)
+    routes = prepare(emulator)
     hold = HoldAnswer(emulator.app)
     emulator.app = hold
     close = in_background(emulator)
-    got: dict[str, tuple[int, object, int]] = {}  # tool: (writes done, what the caller got, calls served)
     try:
         with ExitStack() as stack:
-            ports, logs = [free_port(), free_port()], []
-
-            def replica(port: int) -> Running:  # a fresh replica on that port
-                here = tmp_path / f"replica-{len(logs)}"
-                here.mkdir()
-                logs.append(here / "audit.jsonl")
-                return stack.enter_context(per_user_server(here, emulator.url, port=port, FLEET_MCP_MAX_AGENTS="0",
-                                                           FLEET_MCP_AUDIT_LOG=str(logs[-1])))
-
-            replicas = [replica(port) for port in ports]
-            for tool, (_, write, _) in WRITES.items():
-                (tmp_path / tool).mkdir()
-                # A fresh nginx for each tool: none remembers a replica as failed, so each may replay the call.
-                with nginx_process(tmp_path / tool, SITE.read_text(), ports) as base:
-                    hold.arm(*write)
-                    answer, killed = asyncio.run(kill_in_flight(base, tool, hold, replicas))
-                    time.sleep(0.5)  # a replay would have reached the emulator by now (none must)
-                    hold.route = None
-                served = sum(line["tool"] == tool for log in logs for line in audit_lines(log))
-                got[tool] = (hold.writes, answer, served)
-                replicas[killed] = replica(ports[killed])
+            yield Pair(tmp_path_factory.mktemp("replicas"), emulator.url, stack, hold, routes, emulator)
     finally:
         close()
+
+
+def test_a_replica_killed_with_each_write_in_flight_writes_at_most_once(pair, tmp_path, capsys):
+    """Rounds: every write tool not yet tested is called at once (two cases each); the calls reaching the replica
+    to be killed are done and held, the rest refused; once they settle that replica is SIGKILLed while the other
+    serves. A case held is tested: its write was done once, no replica served it, its caller can act."""
+    got: dict[str, tuple[int, object, int, str]] = {}  # case: (requests, what the caller got, served, replica)
+    rounds = 0
+    for n in range(ROUNDS):
+        todo = [case for case, tool in CASES.items() if not any(CASES[c] == tool for c in got)]
+        if not todo:
+            break
+        victim, rounds = n % 2, n + 1
+        replicas = pair.serving().replicas
+        served_before = pair.served()
+        pair.hold.arm({case: pair.routes[case] for case in todo}, replicas[victim].proc.pid,
+                      tuple(r.proc.pid for r in replicas))
+        try:
+            (tmp_path / f"round-{n}").mkdir()
+            with nginx_process(tmp_path / f"round-{n}", SITE.read_text(), pair.ports) as base:
+                answers, held = asyncio.run(kill_in_flight(base, todo, pair.hold, replicas[victim]))
+            time.sleep(0.5)  # a replay would have reached the emulator by now (none must)
+            requests = dict(pair.hold.requests)
+        finally:
+            pair.hold.arm({})
+        served = pair.served()
+        for case in held:
+            got[case] = (requests[case], answers[case], served[case] - served_before[case], "ab"[victim])
     with capsys.disabled():
-        print("\nreplica killed with the write in flight: " + ", ".join(
-            f"{tool} {writes}x ({_said(answer)})" for tool, (writes, answer, _) in got.items()))
-    assert {tool: writes for tool, (writes, _, _) in got.items()} == dict.fromkeys(WRITES, 1)
+        print(f"\nreplica killed with the write in flight ({rounds} rounds): " + ", ".join(
+            f"{case} on {where} {writes}x ({_said(answer)})" for case, (writes, answer, _, where) in got.items()))
+    assert {CASES[case] for case in got} == set(WRITES), f"untested after {ROUNDS} rounds: {set(WRITES) - set(got)}"
+    assert {case: writes for case, (writes, _, _, _) in got.items()} == dict.fromkeys(got, 1)
     # No replica served the call to its end: the killed one died in it, and nginx gave it to no other.
-    assert {tool: served for tool, (_, _, served) in got.items()} == dict.fromkeys(WRITES, 0)
-    for tool, (_, answer, _) in got.items():
-        assert _actionable(answer), (tool, answer)
-    b = emulator.backend
-    assert Counter(w.name for w in b.workspaces.values())["w-create"] == 1
-    task = WRITES["start_agent_task"][0]["task_description"]
-    session = b.sessions[next(w.id for w in b.workspaces.values() if w.name == "w-task")]
-    assert [m.content for m in session.messages if m.role == "user"].count(task) == 1  # type: ignore[attr-defined]
+    assert {case: served for case, (_, _, served, _) in got.items()} == dict.fromkeys(got, 0)
+    for case, (_, answer, _, _) in got.items():
+        assert _actionable(answer), (case, answer)
+    b = pair.emulator.backend
+    created = Counter(w.name for w in b.workspaces.values())
+    assert all(created[case_agent(case)] == 1 for case in got if CASES[case] == "create_agent"), created
+    for case in (case for case in got if CASES[case] == "start_agent_task"):
+        task = WRITES["start_agent_task"][0]["task_description"]
+        session = b.sessions[next(w.id for w in b.workspaces.values() if w.name == case_agent(case))]
+        assert [m.content for m in session.messages if m.role == "user"].count(task) == 1  # type: ignore[attr-defined]
+
+
+async def kill_in_flight(base: str, cases: list[str], hold: HoldAnswer, victim: Running
+                         ) -> tuple[dict[str, object], set[str]]:
+    """Each case's client connects through nginx (answer_agent's reads its prompt), then all call at once; once
+    each call is held or answered (SETTLE_S after the first hold at most), the victim is SIGKILLed. What each
+    caller got, and the cases held."""
+    ready = asyncio.Event()
+    connected: list[str] = []
+
+    async def call(case: str) -> object:
+        async with http_tools(base + "/mcp", TOKEN) as client:
+            arguments = case_arguments(case)
+            if CASES[case] == "answer_agent":  # the prompt it answers, read as an orchestrator reads it (no write)
+                shown = await Tools(client)("show_agent", agent_name=arguments["agent_name"])
+                arguments["prompt_id"] = shown["agent"]["pending"]["prompt_id"]
+            connected.append(case)
+            await ready.wait()
+            try:
+                return await asyncio.wait_for(Tools(client)(CASES[case], **arguments), WAIT_S)
+            except Exception as exc:  # noqa: BLE001 - what the caller gets is what this test looks at
+                return exc
+
+    calls = {case: asyncio.create_task(call(case)) for case in cases}
+    async with asyncio.timeout(WAIT_S):
+        while len(connected) < len(cases):
+            await asyncio.sleep(0.05)
+    ready.set()
+    held: set[str] = set()
+    first_held = None
+    async with asyncio.timeout(WAIT_S):
+        while not all(case in held or task.done() for case, task in calls.items()):
+            while not hold.held.empty():
+                held.add(hold.held.get_nowait())
+                first_held = first_held or time.monotonic()
+            if first_held is not None and time.monotonic() > first_held + SETTLE_S:
+                break
+            await asyncio.sleep(0.02)
+    if held:
+        victim.proc.kill()
+    answers = dict(zip(calls, await asyncio.gather(*calls.values()), strict=True))
+    while not hold.held.empty():  # held in the moment before the kill: cut by it too
+        held.add(hold.held.get_nowait())
+    return answers, held
 
 
 def _said(answer: object) -> str:
@@ -194,28 +316,11 @@ def _actionable(answer: object) -> bool:
 WAITERS = 8
 
 
-def test_waits_cut_by_a_rolling_restart_all_get_an_answer(tmp_path, capsys):
+def test_waits_cut_by_a_rolling_restart_all_get_an_answer(pair, tmp_path, capsys):
     """Issue 22 item 10: eight clients blocked in wait_for_agents behind nginx, one replica gets SIGTERM."""
-    emulator = Emulator(token=TOKEN)
-    b = emulator.backend
-    demo = next(u for u in b.users.values() if u.username == "demo")
-    template = next(t for t in b.templates.values() if t.name == "fleet-demo")
-    b.create_workspace(demo, "me", {"name": "busy", "template_id": template.id, "rich_parameter_values": [
-        {"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_agent_spec", "value": "[[hang]]"}]})
-    b.clock.advance(30)
-    close = in_background(emulator)
-    try:
-        with ExitStack() as stack:
-            replicas = []
-            for name in ("a", "b"):
-                (tmp_path / name).mkdir()
-                replicas.append(stack.enter_context(per_user_server(
-                    tmp_path / name, emulator.url, FLEET_MCP_PROGRESS_INTERVAL_S="0.2",
-                    FLEET_MCP_AUDIT_LOG=str(tmp_path / name / "audit.jsonl"))))
-            base = stack.enter_context(nginx_process(tmp_path, SITE.read_text(), [r.port for r in replicas]))
-            firsts, finals, exit_code, stopped_in = asyncio.run(rolling_restart(base, replicas[0]))
-    finally:
-        close()
+    replicas = pair.serving().replicas
+    with nginx_process(tmp_path, SITE.read_text(), pair.ports) as base:
+        firsts, finals, exit_code, stopped_in = asyncio.run(rolling_restart(base, replicas[0]))
     cut = [a for a in firsts if a.get("error") == "unavailable"]
     with capsys.disabled():
         print(f"\nrolling restart: {WAITERS} waits, {len(cut)} cut by the stopping replica (unavailable, retried), "

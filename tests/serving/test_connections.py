@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import WAIT_S, clean_env, http_server
 
 from fleet_mcp.serving.connections import REFUSAL, ConnectionGuard, Throttled
+from tests.processes import WAIT_S, Running, clean_env, http_server
 
 FLOOD = 500  # idle connections; the server's own soft limit starts at 256 and its cap is 100
 
@@ -152,24 +152,34 @@ async def test_the_cap_closes_the_longest_waiting_connection_and_refuses_when_al
     assert not guard.open and not guard.waiting
 
 
+SECRET = "Query-T0ken-Never-Logged"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory) -> Iterator[Running]:
+    """A server whose HTTP token is SECRET (one for both places a client may put it: its log only grows)."""
+    with http_server(tmp_path_factory.mktemp("guarded"), env=clean_env(FLEET_MCP_AUTH_TOKEN=SECRET)) as server:
+        yield server
+
+
 @pytest.mark.system
 @pytest.mark.parametrize("secret_place", ["query", "header"])
-def test_no_token_or_session_id_in_the_logs(tmp_path, secret_place):
+def test_no_token_or_session_id_in_the_logs(guarded, secret_place):
     import httpx
-    from processes import INIT, MCP_HEADERS
 
-    token = "Query-T0ken-Never-Logged"
-    with http_server(tmp_path, env=clean_env(FLEET_MCP_AUTH_TOKEN=token)) as server:
-        if secret_place == "query":
-            answer = httpx.post(f"{server.url}?token={token}&access_token={token.upper()}", json=INIT,
-                                headers=MCP_HEADERS, timeout=WAIT_S)
-            assert answer.status_code == 401
-        answer = httpx.post(server.url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
-                            timeout=WAIT_S)
-        session_id = answer.headers["mcp-session-id"]
-        httpx.delete(server.url, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}",
-                                          "mcp-session-id": session_id}, timeout=WAIT_S)
-        logs = server.logs()
+    from tests.processes import INIT, MCP_HEADERS
+
+    token, server = SECRET, guarded
+    if secret_place == "query":
+        answer = httpx.post(f"{server.url}?token={token}&access_token={token.upper()}", json=INIT,
+                            headers=MCP_HEADERS, timeout=WAIT_S)
+        assert answer.status_code == 401
+    answer = httpx.post(server.url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+                        timeout=WAIT_S)
+    session_id = answer.headers["mcp-session-id"]
+    httpx.delete(server.url, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}",
+                                      "mcp-session-id": session_id}, timeout=WAIT_S)
+    logs = server.logs()
     assert "fleet_mcp.access" in logs and '"POST /mcp" 200' in logs
     assert token.lower() not in logs.lower()
     assert session_id not in logs

@@ -9,12 +9,12 @@ import subprocess
 
 import httpx
 import pytest
-from processes import SERVER, WAIT_S, clean_env, emulator_process, http_server, per_user_server
-from support import TOKEN
 
 from fleet_mcp.serving.front import Health
 from fleet_mcp.serving.http import Drain
 from fleet_mcp.serving.preflight import known_variables, unknown_settings
+from tests.processes import SERVER, WAIT_S, clean_env, emulator_process, http_server, per_user_server
+from tests.support import TOKEN
 
 pytestmark = pytest.mark.system
 

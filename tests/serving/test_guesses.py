@@ -14,14 +14,14 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from processes import INIT, MCP_HEADERS, emulator_process, per_user_server
 from starlette.requests import Request
-from support import ALICE_TOKEN, TOKEN
 
 from fleet_mcp.serving.guesses import Guesses, address_key
-from fleet_mcp.settings import Settings
 from fleet_mcp.serving.tokens import LIMITED, CoderTokens
 from fleet_mcp.serving.users import Users, key_of
+from fleet_mcp.settings import Settings
+from tests.processes import INIT, MCP_HEADERS, emulator_process, per_user_server
+from tests.support import ALICE_TOKEN, TOKEN
 
 USERS_ME = "GET /api/v2/users/{user}"
 PER_MINUTE = 10  # the default of FLEET_MCP_AUTH_REFUSALS_PER_MINUTE

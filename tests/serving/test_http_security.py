@@ -13,11 +13,11 @@ import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, http_server, refusal
 from pydantic import SecretStr
-from support import fleet_settings
 
 from fleet_mcp.serving.http import Drain, Gate, allowed_hosts, refuse_bind
+from tests.processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, http_server, refusal
+from tests.support import fleet_settings
 
 pytestmark = pytest.mark.system
 

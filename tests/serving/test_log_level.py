@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from processes import SERVER, WAIT_S, clean_env
+
+from tests.processes import SERVER, WAIT_S, clean_env
 
 pytestmark = pytest.mark.system
 

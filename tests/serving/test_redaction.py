@@ -8,9 +8,9 @@ import sys
 
 import httpx
 
-from fleet_mcp.serving import audit, logs
 from fleet_mcp.coder import errors as coder_errors
 from fleet_mcp.redaction import REDACTED, redact
+from fleet_mcp.serving import audit, logs
 
 SECRET = "Tok3n-Secret-0123"
 SHORT = "k9z"  # a short secret is still one: it may shred a word, it never leaks

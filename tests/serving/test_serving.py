@@ -15,8 +15,9 @@ from collections.abc import Iterator
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, Lines, clean_env, emulator_process, free_port, http_server, refusal
-from support import TOOLS
+
+from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, refusal
+from tests.support import TOOLS, emulator_thread
 
 pytestmark = pytest.mark.system
 
@@ -135,9 +136,8 @@ async def tour_again(session: ClientSession, era: str) -> None:
 
 @pytest.fixture(scope="module")
 def coder_url() -> Iterator[str]:
-    """A `fleet-mcp emulator` on a real socket whose token is not SECRET."""
-    with emulator_process("--token", "the-right-token") as emulated:
-        assert emulated.token == "the-right-token"
+    """An emulator on a real socket whose token is not SECRET."""
+    with emulator_thread("the-right-token") as emulated:
         yield emulated.url
 
 

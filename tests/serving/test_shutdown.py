@@ -5,6 +5,10 @@ The slow call, deterministic: `delete_agent` right after `create_agent`. The new
 still running (about 1.2 s on the emulator's real time), so delete cancels it and polls until it has
 ended; with FLEET_MCP_POLL_INTERVAL_S=2 the first poll sees the build canceling and the next one comes
 2 s later, so the call lasts about 2 s. The signal is sent 0.3 s into it.
+
+Each transport takes either signal the same way (one handler for both), and each transport meets each signal here
+once at least: stdio a call in flight on SIGINT and the rest on SIGTERM; HTTP a call in flight on SIGTERM, and the
+second-signal test starts with SIGINT. Each case is a server process of its own (a stop ends it).
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from processes import SERVER, WAIT_S, clean_env, http_server
 
 from fleet_mcp.serving.run import GRACE_S
+from tests.processes import SERVER, WAIT_S, clean_env, http_server
+from tests.support import TOKEN, emulator_thread
 
 pytestmark = pytest.mark.system
 
-SIGNALS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")]
 SLOW_ENV = {"FLEET_MCP_POLL_INTERVAL_S": "2"}
 INTO_THE_CALL_S = 0.3
 CREATE = {"name": "slow", "project": "fleet-demo", "spec": "Wait. [[hang]]"}
@@ -90,8 +94,8 @@ async def stdio_server(tmp_path, **env: str) -> AsyncIterator[Stdio]:
                 await proc.wait()
 
 
-@pytest.mark.parametrize("sig", SIGNALS)
-async def test_stdio_call_in_flight_finishes_then_exit_0(tmp_path, sig):
+async def test_stdio_call_in_flight_finishes_then_exit_0_on_sigint(tmp_path):
+    sig = signal.SIGINT
     async with stdio_server(tmp_path, **SLOW_ENV) as client:
         assert not (await client.call("create_agent", CREATE)).get("isError")
         pending = asyncio.create_task(client.call("delete_agent", {"agent_name": "slow"}))
@@ -136,8 +140,8 @@ async def test_stdio_grace_is_bounded(tmp_path):
     assert "1 request(s) still running are cancelled" in logs
 
 
-@pytest.mark.parametrize("sig", SIGNALS)
-def test_http_call_in_flight_finishes_then_exit_0(tmp_path, sig):
+def test_http_call_in_flight_finishes_then_exit_0_on_sigterm(tmp_path):
+    sig = signal.SIGTERM
     with http_server(tmp_path, env=clean_env(**SLOW_ENV)) as server:
         signalled_at, result = asyncio.run(slow_call_then_signal(server.url, server.proc, sig))
         assert not result.is_error, result.content
@@ -187,7 +191,7 @@ def test_http_second_signal_stops_waiting(tmp_path):
             assert not (await session.call_tool("create_agent", CREATE)).is_error
             pending = asyncio.create_task(session.call_tool("delete_agent", {"agent_name": "slow"}))
             await asyncio.sleep(INTO_THE_CALL_S)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGINT)
             await asyncio.sleep(0.5)
             signalled_at = time.monotonic()
             proc.send_signal(signal.SIGTERM)
@@ -200,6 +204,7 @@ def test_http_second_signal_stops_waiting(tmp_path):
         code = server.proc.wait(WAIT_S)
         logs = server.logs()
     assert code == 0, logs
+    assert "SIGINT received" in logs
     assert "second signal: cancelling 1 request(s) in flight" in logs
     assert "Coder client closed" in logs
     assert time.monotonic() - signalled_at < 3
@@ -208,12 +213,10 @@ def test_http_second_signal_stops_waiting(tmp_path):
 def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
     """SIGTERM while delete_agent has cancelled a build and waits for it: the delete build is still requested
     before the server exits (issue 17: a write is never left half done)."""
-    from processes import emulator_process
-
-    with emulator_process() as coder:
-        control = httpx.Client(base_url=coder.url, headers={"Coder-Session-Token": coder.token}, timeout=10)
+    with emulator_thread() as coder:
+        control = httpx.Client(base_url=coder.url, headers={"Coder-Session-Token": TOKEN}, timeout=WAIT_S)
         control.post("/emulator/timings", json={"start_build": 60.0, "cancel": 8.0})  # slower than the 5 s grace
-        env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=coder.token, FLEET_MCP_DELETE_WAIT_S="30")
+        env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=TOKEN, FLEET_MCP_DELETE_WAIT_S="30")
         with http_server(tmp_path, env=env, command=SERVER) as server:
             async def delete_then_signal() -> None:
                 async with (asyncio.timeout(WAIT_S), streamable_http_client(server.url) as (read, write),

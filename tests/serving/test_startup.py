@@ -13,11 +13,11 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from processes import SERVER, WAIT_S, clean_env, free_port, http_server
 
 from fleet_mcp import __version__
 from fleet_mcp.settings import Settings
 from fleet_mcp.settings_help import env_name
+from tests.processes import SERVER, WAIT_S, clean_env, free_port, http_server
 
 pytestmark = pytest.mark.system
 

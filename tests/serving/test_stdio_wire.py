@@ -9,7 +9,8 @@ import subprocess
 import time
 
 import pytest
-from processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped
+
+from tests.processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped
 
 pytestmark = pytest.mark.system
 

@@ -11,9 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import (MODERN, WAIT_S, Lines, clean_env, emulator_process, fleet_command, nginx_binary, nginx_process,
-                       per_user_server, stop)
-from support import ALICE_TOKEN, TOKEN, TasksClient, Tools
+
+from tests.processes import (
+    MODERN,
+    WAIT_S,
+    Lines,
+    clean_env,
+    fleet_command,
+    nginx_binary,
+    nginx_process,
+    per_user_server,
+    stop,
+)
+from tests.support import ALICE_TOKEN, TOKEN, TasksClient, Tools, emulator_thread
 
 pytestmark = pytest.mark.system
 
@@ -45,8 +55,8 @@ def ask(proc: subprocess.Popen, out: Lines, request_id: int, method: str, params
 
 
 def test_a_restarted_stdio_server_answers_the_task_its_predecessor_started():
-    with emulator_process() as coder:
-        first = stdio_server(coder.url, coder.token)
+    with emulator_thread() as coder:
+        first = stdio_server(coder.url, TOKEN)
         assert first.stdout is not None
         out = Lines(first.stdout)
         made = ask(first, out, 1, "tools/call", {"name": "create_agent", "arguments": {
@@ -61,7 +71,7 @@ def test_a_restarted_stdio_server_answers_the_task_its_predecessor_started():
         first.stdin.close()  # the client goes: the server exits, the task in flight holds nothing
         assert first.wait(WAIT_S) == 0
 
-        second = stdio_server(coder.url, coder.token)
+        second = stdio_server(coder.url, TOKEN)
         try:
             assert second.stdout is not None
             out2 = Lines(second.stdout)
@@ -94,7 +104,7 @@ async def test_a_task_started_on_one_replica_is_polled_on_the_other(tmp_path):
                       extensions=[tasks.extension()])
 
     tasks = TasksClient(pause_s=0.3)
-    with emulator_process() as coder, \
+    with emulator_thread() as coder, \
             per_user_server(tmp_path, coder.url, FLEET_MCP_WAIT_POLL_INTERVAL_S="0.3") as one, \
             per_user_server(tmp_path, coder.url, FLEET_MCP_WAIT_POLL_INTERVAL_S="0.3") as two, \
             nginx_process(tmp_path, SITE.read_text(), [one.port, two.port]) as balanced:

@@ -10,8 +10,9 @@ import subprocess
 
 import httpx
 import pytest
-from processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
-from support import ALICE_TOKEN, TOKEN, Tools, http_tools
+
+from tests.processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
+from tests.support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
 pytestmark = pytest.mark.system
 
@@ -166,9 +167,9 @@ def test_the_team_guide_quotes_the_nginx_configuration_the_tests_run():
 # --- the verifier and the registry, in-process over the emulator ----------------------------------------------
 
 async def _verified(emulator, **settings):
-    from fleet_mcp.settings import Settings
     from fleet_mcp.serving.tokens import CoderTokens
     from fleet_mcp.serving.users import Users
+    from fleet_mcp.settings import Settings
 
     values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
     users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))

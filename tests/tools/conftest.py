@@ -5,8 +5,9 @@ shared runner fleet (`fleet = runners.shared_runner_fleet(...)`), whose agents a
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from fault_matrix import rig  # noqa: F401 - a fixture, registered by being imported here
-from runners import SharedFleet
+
+from tests.fault_matrix import rig  # noqa: F401 - a fixture, registered by being imported here
+from tests.runners import SharedFleet
 
 
 @pytest_asyncio.fixture(loop_scope="module")

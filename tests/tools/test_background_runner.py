@@ -6,8 +6,9 @@ turn is over. Real Claude Code through `fleet-mcp runner`, the model scripted (r
 from __future__ import annotations
 
 import pytest
-from runners import disk, needs_sdk, runner_fleet
-from support import TasksClient
+
+from tests.runners import disk, needs_sdk, runner_fleet
+from tests.support import TasksClient
 
 pytestmark = [pytest.mark.system, needs_sdk]
 

@@ -12,7 +12,8 @@ import time
 
 import httpx
 import pytest
-from support import CheckedTransport, TasksClient, Tools, fleet_settings
+
+from tests.support import CheckedTransport, TasksClient, Tools, fleet_settings
 
 PER_POLL = {"per_request": 0.5}
 
@@ -113,7 +114,7 @@ async def test_another_server_answers_the_id_and_another_user_cannot(served, emu
     from mcp.shared.exceptions import MCPError
 
     from fleet_mcp.server import build_server
-    from support import ALICE_TOKEN
+    from tests.support import ALICE_TOKEN
 
     tasks = TasksClient()
     async with served(tasks) as client:

@@ -26,14 +26,14 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-from conformance import Conformance
 from fastmcp import Client
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from support import TOKEN, TOOLS, CheckedTransport, fleet_settings
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
+from tests.conformance import Conformance
+from tests.support import TOKEN, TOOLS, CheckedTransport, fleet_settings
 
 ERRORS = {"bad_request", "not_found", "conflict", "unavailable", "unauthorized"}
 WORKER = "worker"  # the token user's one fleet agent (idle)

@@ -17,10 +17,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from runners import disk, needs_sdk, runner_fleet, served
-from support import TOKEN
 
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
+from tests.runners import disk, needs_sdk, runner_fleet, served
+from tests.support import TOKEN
 
 pytestmark = [pytest.mark.system, needs_sdk,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")]

@@ -8,11 +8,11 @@ import asyncio
 import subprocess
 
 import pytest
-from support import runner_agent
 
 from fleet_mcp.emulator.runners.project import seed_repository
-from fleet_mcp.runner.changes import ChangeLog
 from fleet_mcp.fleet.rules import check_result_schema
+from fleet_mcp.runner.changes import ChangeLog
+from tests.support import runner_agent
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from fastmcp import Client
-from support import CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp.errors import FORMS
 from fleet_mcp.server import build_server
+from tests.support import CheckedTransport, Tools, fleet_settings
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ import time
 import httpx
 import pytest
 from fastmcp import Client
-from processes import free_port
-from support import CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp import deadlines
 from fleet_mcp import tools as tool_functions
@@ -22,6 +20,8 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
 from fleet_mcp.serving.services import Services
+from tests.processes import free_port
+from tests.support import CheckedTransport, Tools, fleet_settings
 
 SMALL = {"request_timeout_s": 0.4, "connect_timeout_s": 0.2, "retry_budget_s": 0.6, "cancel_wait_s": 0.5,
          "delete_wait_s": 0.5, "create_adopt_wait_s": 0.4, "poll_interval_s": 0.05, "wait_poll_interval_s": 0.1}

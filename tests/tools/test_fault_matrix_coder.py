@@ -5,7 +5,8 @@ nothing listening.
 from __future__ import annotations
 
 import pytest
-from fault_matrix import Rig, cases, run_case
+
+from tests.fault_matrix import Rig, cases, run_case
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fault_matrix import MATRIX, UNEXPECTED, Rig, cases, prepare, run_case
+
+from tests.fault_matrix import MATRIX, UNEXPECTED, Rig, cases, prepare, run_case
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

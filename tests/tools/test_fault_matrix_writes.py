@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from fault_matrix import AGENTS, API, Rig, cases, prepare, run_case, status
+
+from tests.fault_matrix import AGENTS, API, Rig, cases, prepare, run_case, status
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import runner_agent
+
+from tests.support import runner_agent
 
 MiB = 1 << 20
 

@@ -8,7 +8,7 @@ import httpx
 from fastmcp import Client
 
 from fleet_mcp.server import build_server
-from support import CheckedTransport, Tools, fleet_settings
+from tests.support import CheckedTransport, Tools, fleet_settings
 
 SPEC = "Tidy the docs [[finish:1]]"
 

@@ -77,7 +77,7 @@ async def test_two_deletes_at_once_both_succeed(tools, emulator, coder):
 
 
 async def test_a_lost_create_adopts_only_its_own_workspace(tools, emulator, coder):
-    from support import create_workspace
+    from tests.support import create_workspace
 
     await fault(coder, "POST /api/v2/users/*/workspaces", LOST)
     mine = await tools("create_agent", name="adopted", project="fleet-demo", spec="Mine", role="operator")

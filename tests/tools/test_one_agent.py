@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import runner_agent
+
+from tests.support import runner_agent
 
 FAR = "9999-12-31T23:59:59-14:00"  # valid ISO 8601; year 10000 in UTC
 APP_STATUS = "/api/v2/workspaceagents/me/app-status"

@@ -104,11 +104,11 @@ async def test_an_unknown_name_is_not_found_before_any_waiting(tools, emulator):
 
 
 async def test_waits_share_one_listing_per_interval(emulator, conformance):
+    import httpx
     from fastmcp import Client
 
     from fleet_mcp.server import build_server
-    from support import CheckedTransport, Tools, fleet_settings
-    import httpx
+    from tests.support import CheckedTransport, Tools, fleet_settings
 
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     settings = fleet_settings(wait_poll_interval_s=0.2)
@@ -125,11 +125,11 @@ async def test_waits_share_one_listing_per_interval(emulator, conformance):
 
 
 async def test_polls_start_one_interval_apart_however_slow_the_listing(emulator, conformance):
+    import httpx
     from fastmcp import Client
 
     from fleet_mcp.server import build_server
-    from support import CheckedTransport, Tools, fleet_settings
-    import httpx
+    from tests.support import CheckedTransport, Tools, fleet_settings
 
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     async with Client(build_server(fleet_settings(wait_poll_interval_s=0.2), transport=transport)) as client:

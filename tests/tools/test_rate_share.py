@@ -8,7 +8,7 @@ import httpx
 from fastmcp import Client
 
 from fleet_mcp.server import build_server
-from support import Tools, fleet_settings
+from tests.support import Tools, fleet_settings
 
 BUDGET = 10  # requests a minute: FLEET_MCP_RATE_SHARE = 10/512
 
@@ -52,7 +52,7 @@ async def test_a_burst_of_waits_stays_within_the_users_rate_share(emulator):
 
 async def test_background_looks_stay_within_the_users_rate_share(emulator):
     """tasks/get polled hard: past the user's share, looks answer from the listing last fetched."""
-    from support import TasksClient
+    from tests.support import TasksClient
 
     counted = Counted(emulator.app)
     settings = fleet_settings(rate_share=BUDGET / 512, wait_poll_interval_s=0.01)

@@ -9,11 +9,11 @@ import re
 import httpx
 import pytest
 from fastmcp import Client
-from support import TOOLS, CheckedTransport, Tools, fleet_settings
 
 from fleet_mcp import tools as tool_functions
 from fleet_mcp.server import build_server
 from fleet_mcp.serving.services import Services
+from tests.support import TOOLS, CheckedTransport, Tools, fleet_settings
 
 # Written out, not derived from the hints: a tool that changes the fleet must never appear here by accident.
 READING = {"list_agents", "show_agent", "show_agents", "show_agent_task_history", "show_agent_log",

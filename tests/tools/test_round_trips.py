@@ -14,7 +14,7 @@ from fastmcp import Client
 from fleet_mcp.emulator.coder.state import Preset
 from fleet_mcp.fleet import cap
 from fleet_mcp.server import build_server
-from support import CheckedTransport, Tools, fleet_settings
+from tests.support import CheckedTransport, Tools, fleet_settings
 
 
 class Concurrency(httpx.AsyncBaseTransport):

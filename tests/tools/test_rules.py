@@ -9,9 +9,7 @@ import pytest
 
 from fleet_mcp.coder.schemas import WorkspaceAppStatus
 from fleet_mcp.errors import FleetError
-from fleet_mcp.fleet.rules import (
-    NAME_PATTERN, check_name, check_repository_path, check_text, paginate, valid_name,
-)
+from fleet_mcp.fleet.rules import NAME_PATTERN, check_name, check_repository_path, check_text, paginate, valid_name
 from fleet_mcp.fleet.status import needs_attention
 from fleet_mcp.runner.store import now_iso as runner_now
 from fleet_mcp.times import iso, now_iso

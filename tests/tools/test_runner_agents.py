@@ -9,9 +9,9 @@ each test walks a whole story.
 from __future__ import annotations
 
 import pytest
-from runners import all_met, disk, named, needs_sdk, runner_fleet, shared_runner_fleet
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
+from tests.runners import all_met, disk, named, needs_sdk, runner_fleet, shared_runner_fleet
 
 pytestmark = [pytest.mark.system, needs_sdk, pytest.mark.asyncio(loop_scope="module")]
 

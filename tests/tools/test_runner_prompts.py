@@ -8,10 +8,10 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from runners import all_met, disk, named, needs_sdk, shared_runner_fleet
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 from fleet_mcp.runner.prompts import digest_of
+from tests.runners import all_met, disk, named, needs_sdk, shared_runner_fleet
 
 pytestmark = [pytest.mark.system, needs_sdk, pytest.mark.asyncio(loop_scope="module")]
 BANNER = "sh -c 'echo \"" + "=" * 30 + " routine check of the build, nothing to see " + "=" * 110 + "\"; touch X'"

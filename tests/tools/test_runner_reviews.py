@@ -5,11 +5,11 @@ the patch applies to a fresh clone of the seed, typed answers validate or fail, 
 from __future__ import annotations
 
 import subprocess
+
 import pytest
 
-from runners import all_met, disk, needs_sdk, runner_fleet
-
 from fleet_mcp.emulator.runners.project import seed_repository
+from tests.runners import all_met, disk, needs_sdk, runner_fleet
 
 pytestmark = [pytest.mark.system, needs_sdk]
 VERDICT = {"type": "object", "properties": {"verdict": {"enum": ["ship", "fix"]}, "score": {"type": "integer"}},

@@ -10,11 +10,12 @@ import hashlib
 
 import httpx
 import pytest
-from processes import per_user_server
-from runners import all_met, fleet_server, needs_sdk, shared_runner_fleet
-from support import ALICE_TOKEN, TOKEN, Tools, create_workspace, http_tools
 
 from fleet_mcp.drivers.keys import OWNED, key_of, new_parameter
+from tests.processes import per_user_server
+from tests.runners import all_met, fleet_server, needs_sdk, shared_runner_fleet
+from tests.support import ALICE_TOKEN, TOKEN, Tools, create_workspace, http_tools
+
 WAIT = {"timeout_s": 90}
 SECRET = "runner-secret-of-the-fleet"
 SHARED = pytest.mark.asyncio(loop_scope="module")  # the fleet's event loop

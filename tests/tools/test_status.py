@@ -169,6 +169,7 @@ def test_a_runner_prompt_is_read_from_the_uri_the_runner_sets_never_from_the_mes
     asking = reports("working", "idle:Needs input: Bash make test")
     asking[0] = asking[0].model_copy(update={"uri": uri})
     status = turn_status(asking, runner=True)
+    assert status.pending is not None and status.pending.since is not None and status.problem is not None
     assert (status.value, status.pending.id, status.pending.tool) == ("needs_input", "p-1", "Bash")
     # The mark says a prompt waits, never what it asks: the agent can post it too (the runner is asked that).
     assert (status.pending.summary, status.pending.input, status.pending.digest) == ("", None, None)

@@ -14,7 +14,7 @@ from fleet_mcp.coder.apps import App, ConnectTo
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
-from support import APP_HOST, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
+from tests.support import APP_HOST, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 SPEC = "Tidy the README."
 

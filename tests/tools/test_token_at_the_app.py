@@ -17,11 +17,20 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from runners import needs_sdk, runner_emulator
-from support import (APP_HOST, TOKEN, CheckedTransport, Impostor, Tools, fleet_settings, http_tools, impostor_on,
-                     subdomain_apps_only)
 
 from fleet_mcp.emulator.app import running
+from tests.runners import needs_sdk, runner_emulator
+from tests.support import (
+    APP_HOST,
+    TOKEN,
+    CheckedTransport,
+    Impostor,
+    Tools,
+    fleet_settings,
+    http_tools,
+    impostor_on,
+    subdomain_apps_only,
+)
 
 
 class Story:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from support import create_workspace
+
+from tests.support import create_workspace
 
 SPEC = "Implement OAuth2 login. Include tests."
 

@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from support import TOOLS
+
+from tests.support import TOOLS
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

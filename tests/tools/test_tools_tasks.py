@@ -155,11 +155,11 @@ async def test_unknown_agents_are_not_found_everywhere(tools):
 async def test_show_reports_agentapi_errors_over_a_real_socket(emulator, conformance):
     """`agent_error` only travels on AgentAPI's event stream, which needs a real socket to read."""
     import httpx
-    from support import CheckedTransport, Tools, fleet_settings
     from fastmcp import Client
 
     from fleet_mcp.emulator.app import running
     from fleet_mcp.server import build_server
+    from tests.support import CheckedTransport, Tools, fleet_settings
 
     async with running(emulator) as url:
         async with httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": "demo-token"}) as coder:

@@ -24,7 +24,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import TOKEN, Tools, fleet_settings, runner_agent
 
 from fleet_mcp import runner_wire as wire
 from fleet_mcp.coder import errors as ce
@@ -32,6 +31,7 @@ from fleet_mcp.coder.answers import values_over
 from fleet_mcp.coder.apps import App
 from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.drivers import AgentAPIDriver, DriverError, RunnerDriver
+from tests.support import TOKEN, Tools, fleet_settings, runner_agent
 
 CALL_S = 20.0  # a hang, not a slow machine: every call here takes milliseconds
 UNEXPECTED = "unexpected problem"

@@ -18,8 +18,8 @@ import itertools
 from collections.abc import Callable
 
 from ..coder.appstatus import record_status
-from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
 from ..coder.state import Agent, Workspace
+from .session import MARKER, Message, Reporter, Script, Session, Turn, message_update
 
 __all__ = ["SLUG", "ClaudeCode", "Refusal"]
 

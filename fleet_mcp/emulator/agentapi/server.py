@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
 
-from .claude import SLUG, ClaudeCode, Refusal
 from ..coder.state import Workspace
+from .claude import SLUG, ClaudeCode, Refusal
 
 __all__ = ["WORKSPACE_KEY", "AgentAPI", "rfc3339"]
 

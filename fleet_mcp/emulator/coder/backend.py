@@ -16,9 +16,7 @@ from .errors import ErrorAnswer, invalid_uuid, not_found
 from .lifecycle import Lifecycle, Timings
 from .schedule import Schedule, valid_ttl
 from .search import parse_templates_query, parse_workspaces_query
-from .state import (
-    Build, Job, Organization, Preset, Template, TemplateVersion, User, Workspace, new_id,
-)
+from .state import Build, Job, Organization, Preset, Template, TemplateVersion, User, Workspace, new_id
 
 __all__ = ["Backend", "NAME_RE"]
 

@@ -34,18 +34,17 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
 import httpx
-
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..agentapi.server import WORKSPACE_KEY, AgentAPI
-from .backend import Backend
 from ..agentapi.claude import SLUG, ClaudeCode
+from ..agentapi.server import WORKSPACE_KEY, AgentAPI
+from ..runners.runtime import HOP_BY_HOP, RUNNER_SLUG, Runners
+from .backend import Backend
 from .errors import ErrorAnswer
 from .routes import error_response, token_of
-from ..runners.runtime import HOP_BY_HOP, RUNNER_SLUG, Runners
 from .state import Agent, User, Workspace
 
 __all__ = ["AppHosts", "AppProxy", "app_token_of", "bad_gateway", "page", "strip_coder_cookies"]

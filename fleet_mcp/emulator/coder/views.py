@@ -11,12 +11,21 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from .schedule import effective_ttl_ms
 from .state import (
-    Agent, App, AppStatus, Build, Job, Organization, ParameterSpec, Preset, Template, TemplateVersion, User,
+    Agent,
+    App,
+    AppStatus,
+    Build,
+    Job,
+    Organization,
+    ParameterSpec,
+    Preset,
+    Template,
+    TemplateVersion,
+    User,
     Workspace,
 )
-
-from .schedule import effective_ttl_ms
 
 if TYPE_CHECKING:
     from .backend import Backend

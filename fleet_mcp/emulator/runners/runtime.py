@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 
 from starlette.responses import Response
 
-from .project import seed_repository
 from ..coder.seed import ROLE_PROMPTS
 from ..coder.state import Agent, Workspace
+from .project import seed_repository
 
 if TYPE_CHECKING:
     import httpx

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coder_spec import (
+from tests.coder_spec import (
     APP_PROXY_TEMPLATE,
     REFERENCE_ENV,
     RecordedShapes,

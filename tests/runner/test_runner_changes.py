@@ -1,0 +1,69 @@
+"""What a task changed, as the runner records it: the real Claude Code edits and commits in a git repository
+(the emulator's seed project), and the runner's `changes` and `/diff` agree with git. One runner for the
+module, in that repository: its tests take turns on it."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from fleet_mcp.emulator.runners.project import seed_repository
+from tests.runners import needs_sdk
+
+pytestmark = [pytest.mark.system, needs_sdk]
+
+
+def git(repo, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def runner_settings(tmp_path_factory) -> dict:
+    work = tmp_path_factory.mktemp("repository")
+    seed_repository(work)
+    return {"workdir": work, "FLEET_RUNNER_STATE_FILE": str(tmp_path_factory.mktemp("state") / "state.json")}
+
+
+def test_an_edit_and_a_commit_are_recorded_as_git_sees_them(runner):
+    work = runner.workdir
+    if git(work, "status", "--porcelain"):  # another test's files: this turn starts from a clean tree
+        git(work, "add", "-A")
+        git(work, "commit", "-q", "-m", "Before the turn")
+    seed = git(work, "rev-parse", "HEAD").strip()
+    done = runner.state()["turns"]
+    assert runner.post("/message", {"content": "Rewrite calc [[edit:calc.py]] [[commit]]"}).status_code == 202
+    asked = runner.wait_for(lambda s: s["state"] == "needs_input", what="the commit's permission")
+    assert asked["pending"]["tool"] == "Bash" and "git commit" in asked["pending"]["summary"]
+    assert runner.post("/answer", {"decision": "allow", "prompt_id": asked["pending"]["id"],
+                                   "digest": asked["pending"]["digest"]}).status_code == 200
+    state = runner.wait_turns(done + 1)
+    result = runner.get("/result").json()["result"]
+    changes = result["changes"]
+    head = git(work, "rev-parse", "HEAD").strip()
+    assert changes["start_commit"] == seed and changes["end_commit"] == head != seed
+    assert changes["branch"] == "main" and changes["repository"] == str(work)
+    assert changes["commits"] == [{"sha": head, "subject": "Scripted commit"}]
+    numstat = git(work, "diff", "--numstat", seed, head).split()
+    assert [f["path"] for f in changes["files"]] == ["calc.py"] and changes["files"][0]["change"] == "modified"
+    assert [changes["added_lines"], changes["removed_lines"]] == [int(numstat[0]), int(numstat[1])]
+    assert state["changes_summary"] == f"1 file, +{numstat[0]} −{numstat[1]}, 1 commit"
+    assert state["last_turn"] == "succeeded" and state["last_cost_usd"] > 0
+    assert git(work, "status", "--porcelain") == ""  # the runner left nothing in the repository's view
+
+    diff = runner.get("/diff?format=patch").json()
+    assert diff["files"][0]["path"] == "calc.py" and not diff["files"][0]["truncated"]
+    assert diff["patch"] == git(work, "diff", "--full-index", seed, head)
+
+
+def test_an_interrupt_at_once_ends_the_turn_even_before_claude_code_hears_it(runner):
+    work = runner.workdir
+    done = runner.state()["turns"]
+    for n in (1, 2, 3):  # the interrupt lands while the start is noted, or just after: the turn ends either way
+        assert runner.post("/message", {"content": f"Long {n} [[hang]]"}).status_code == 202
+        sent = runner.post("/message", {"content": f"Instead {n} [[edit:b{n}.txt]]", "if_busy": "interrupt"})
+        assert sent.status_code == 202 and sent.json()["queued"] is False, sent.text
+        runner.wait_turns(done + 2 * n)
+    results = runner.results()[done:]
+    assert [r["interrupted"] for r in results] == [True, False] * 3
+    assert all((work / f"b{n}.txt").is_file() for n in (1, 2, 3))
