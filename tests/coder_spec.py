@@ -30,7 +30,7 @@ from jsonschema import Draft7Validator, FormatChecker
 try:
     import jsonschema_rs
 except ImportError:  # a venv made before it joined the test extra: every body is judged by jsonschema alone
-    jsonschema_rs = None
+    jsonschema_rs = None  # type: ignore[assignment]
 
 REFERENCE_ENV = "FLEET_MCP_REFERENCE_DIR"
 
@@ -432,6 +432,11 @@ WITHDRAWN_PREFIXES = ("/api/experimental/tasks/", "/api/v2/tasks/")
 _NOT_JSON = object()
 
 
+def load_cassette(file: Path) -> dict[str, Any]:
+    """One vcrpy cassette, read by libyaml where it is built (30 times faster than PyYAML's own reader)."""
+    return yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 @dataclass(frozen=True)
 class RecordedInteraction:
     """One recorded request/answer pair; ``body`` is parsed JSON, ``is_json`` False when empty or not JSON."""
@@ -469,8 +474,7 @@ class RecordedShapes:
         return cls(reference / "coder" / "recorded", coder_validator(reference))
 
     def _load(self, file: Path, router: SwaggerValidator) -> Iterable[RecordedInteraction]:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        cassette = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)
+        cassette = load_cassette(file)
         for entry in cassette.get("interactions", []):
             request, response = entry["request"], entry["response"]
             method = request["method"].upper()

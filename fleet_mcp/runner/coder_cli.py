@@ -16,11 +16,10 @@ import logging
 import os
 import shutil
 from contextlib import AsyncExitStack
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fastmcp import Client
+    from mcp import ClientSession
 
 __all__ = ["TOOL", "CoderCLI"]
 
@@ -35,8 +34,8 @@ class CoderCLI:
     """A running `coder exp mcp server` that offers `coder_report_task`; `open` answers None when the
     workspace has no such CLI, or its CLI cannot report (no agent socket, an older CLI, a failed start)."""
 
-    def __init__(self, client: Client[Any]) -> None:
-        self._client = client
+    def __init__(self, session: ClientSession) -> None:
+        self._session = session
 
     @classmethod
     async def open(cls, stack: AsyncExitStack, slug: str, agent_url: str, token: str) -> CoderCLI | None:
@@ -44,20 +43,22 @@ class CoderCLI:
         found = shutil.which("coder")
         if found is None:
             return None
-        # Imported off the event loop: fastmcp takes seconds on a busy machine, and the API answers meanwhile.
-        await asyncio.to_thread(importlib.import_module, "fastmcp.client.transports")
-        from fastmcp import Client
-        from fastmcp.client.transports import StdioTransport
+        # The MCP SDK's own client (claude-agent-sdk imports the SDK already; fastmcp's client on top cost each
+        # runner about a second of CPU), imported off the event loop: the API answers meanwhile.
+        await asyncio.to_thread(importlib.import_module, "mcp.client.stdio")
+        from mcp import ClientSession, StdioServerParameters, stdio_client
 
         env = {k: os.environ[k] for k in PASSED if k in os.environ} | {
             "CODER_MCP_APP_STATUS_SLUG": slug, "CODER_AGENT_URL": agent_url, "CODER_AGENT_TOKEN": token}
-        # Its stderr (start-up banners in its own format) is not the runner's log.
-        transport = StdioTransport(found, ["exp", "mcp", "server", f"--allowed-tools={TOOL}"], env=env,
-                                   log_file=Path(os.devnull))
-        client: Client[Any] = Client(transport, init_timeout=START_S, timeout=CALL_S)
+        server = StdioServerParameters(command=found, args=["exp", "mcp", "server", f"--allowed-tools={TOOL}"],
+                                       env=env)
         try:
-            await stack.enter_async_context(client)
-            tools = {tool.name for tool in await client.list_tools()}
+            # Its stderr (start-up banners in its own format) is not the runner's log.
+            errors = stack.enter_context(open(os.devnull, "w"))  # closed with the stack
+            read, write = await stack.enter_async_context(stdio_client(server, errlog=errors))
+            session = await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=START_S))
+            await session.initialize()
+            tools = {tool.name for tool in (await session.list_tools()).tools}
         except Exception as exc:  # noqa: BLE001 - any failure to start means: report the other way
             log.info("app statuses: `coder exp mcp server` did not start (%s): reporting with PATCH",
                      type(exc).__name__)
@@ -67,8 +68,12 @@ class CoderCLI:
                      "reporting with PATCH", TOOL)
             return None
         log.info("app statuses: reporting through `coder exp mcp server` (%s)", found)
-        return cls(client)
+        return cls(session)
 
     async def report(self, state: str, message: str, uri: str) -> None:
         """Hand one status to the CLI; raises when it refuses it or is gone."""
-        await self._client.call_tool(TOOL, {"summary": message, "link": uri, "state": state})
+        answer = await self._session.call_tool(TOOL, {"summary": message, "link": uri, "state": state},
+                                               read_timeout_seconds=CALL_S)
+        if getattr(answer, "is_error", False):
+            raise RuntimeError(f"{TOOL} refused the status")
+

@@ -224,7 +224,9 @@ class Fleet:
             return next((a for a in answer.get("agents", []) if a["name"] == name), None)
 
         answer = await self.until(lambda a: (e := entry(a)) is not None and check(e), "list_agents")
-        return entry(answer)
+        found = entry(answer)
+        assert found is not None
+        return found
 
     async def finished(self, name: str) -> dict:
         """Poll list_agents until agent `name`'s turn is over (`idle`, with how it ended)."""

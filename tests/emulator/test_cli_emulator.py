@@ -96,6 +96,7 @@ def test_the_runtime_is_the_runner_when_its_extra_is_installed(flags):
     command = [sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--seed", "empty", *flags]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True)
+    assert proc.stdout is not None
     try:
         url = proc.stdout.readline().strip().removeprefix("CODER_URL=")
         token = proc.stdout.readline().strip().removeprefix("CODER_SESSION_TOKEN=")

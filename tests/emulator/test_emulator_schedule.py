@@ -34,7 +34,9 @@ def when(stamp: str | None) -> datetime | None:
 
 
 def completed(ws: dict) -> datetime:
-    return when(ws["latest_build"]["job"]["completed_at"])
+    done = when(ws["latest_build"]["job"]["completed_at"])
+    assert done is not None
+    return done
 
 
 async def report(coder, name: str, state: str) -> None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import yaml
 
-from tests.coder_spec import RecordedShapes, missing_keys, reference_dir
+from tests.coder_spec import RecordedShapes, load_cassette, missing_keys, reference_dir
 from tests.support import client_for, create_workspace, template_named
 
 pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data (../shared/reference) absent")
@@ -87,7 +86,7 @@ def _recorded_login_redirects() -> list[tuple[str, str]]:
     """(request path and query, Location) of the app-proxy 303s in the recordings."""
     found = []
     for file in sorted((reference_dir() / "coder" / "recorded").glob("**/*.yaml")):
-        for entry in yaml.safe_load(file.read_text(encoding="utf-8")).get("interactions", []):
+        for entry in load_cassette(file).get("interactions", []):
             response, uri = entry["response"], urlsplit(entry["request"]["uri"])
             if response["status"]["code"] == 303 and "/apps/" in uri.path:
                 found.append((f"{uri.path}?{uri.query}", response["headers"]["Location"][0]))

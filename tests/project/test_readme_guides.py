@@ -76,7 +76,7 @@ def test_the_runtimes_default_turns_are_as_documented():
     assert session.Script().finish == 5.0  # "(none)": the turn finishes after 5 s
     assert anthropic.Script.parse("plain").steps == 1  # one Write of step-1.txt
     assert anthropic.Script.parse("[[finish:99]]").steps == 50 and anthropic.Script.parse("[[finish:0]]").steps == 0
-    assert session.Script.parse("[[finish:1.5]]").finish == 1.5  # decimals allowed
+    assert (session.Script.parse("[[finish:1.5]]") or session.Script()).finish == 1.5  # decimals allowed
     assert session.Script.parse("[[edit:a.txt]]") is None  # not a marker there
 
 

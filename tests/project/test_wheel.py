@@ -73,15 +73,17 @@ def test_the_sdist_and_the_wheel_say_what_they_are(built):
         entry_points = wheel.read(f"{dist_info}/entry_points.txt").decode()
     assert (meta["Name"], meta["Version"], meta["Requires-Python"]) == ("coder-fleet-mcp", __version__, ">=3.11")
     assert meta["License-Expression"] == "MIT" and meta["Summary"].startswith("An MCP server")
-    assert {"runner", "test"} <= set(meta.get_all("Provides-Extra"))
-    assert any(r.startswith("fastmcp") for r in meta.get_all("Requires-Dist"))
+    assert {"runner", "test"} <= set(meta.get_all("Provides-Extra") or [])
+    assert any(r.startswith("fastmcp") for r in meta.get_all("Requires-Dist") or [])
     assert "coder-fleet-mcp = fleet_mcp.cli:main" in entry_points and "fleet-mcp = fleet_mcp.cli:main" in entry_points
     assert {f"fleet_mcp/templates/{t}" for t in TEMPLATES} <= set(names)
     assert "fleet_mcp/emulator/app.py" in names and "fleet_mcp/demo.py" in names
     assert not [n for n in names if n.startswith(("tests/", "cassettes/", "bench/"))]
     with tarfile.open(built["sdist"]) as sdist:
         root = f"coder_fleet_mcp-{__version__}"
-        pkg_info = Parser().parsestr(sdist.extractfile(f"{root}/PKG-INFO").read().decode())
+        info = sdist.extractfile(f"{root}/PKG-INFO")
+        assert info is not None
+        pkg_info = Parser().parsestr(info.read().decode())
         assert f"{root}/templates/fleet-agent/main.tf" in sdist.getnames()
     assert (pkg_info["Name"], pkg_info["Version"]) == ("coder-fleet-mcp", __version__)
 

@@ -10,6 +10,8 @@ import html
 import os
 import resource
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,4 +194,24 @@ async def test_the_cli_a_runner_workspace_forks_reports_the_same_for_a_fraction_
         os.killpg(forks.pid, signal.SIGKILL)
         forks.wait(WAIT_S)
         for pipe in (forks.stdin, forks.stdout):
-            pipe.close()
+            if pipe is not None:
+                pipe.close()
+
+
+def test_the_runner_reaches_coders_cli_with_no_fastmcp(tmp_path):
+    """The runner talks to Coder's CLI with the MCP SDK's own client, which claude-agent-sdk imports anyway:
+    fastmcp's client on top cost each runner workspace about a second of CPU."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "coder").write_text("#!/bin/sh\nexit 1\n")  # a CLI that cannot report: started, then given up
+    (bin_dir / "coder").chmod(0o755)
+    code = ("import asyncio, contextlib, sys\n"
+            "from fleet_mcp.runner import app, main, report, session\n"
+            "from fleet_mcp.runner.coder_cli import CoderCLI\n"
+            "async def run():\n"
+            "    async with contextlib.AsyncExitStack() as stack:\n"
+            "        return await CoderCLI.open(stack, 'fleet', 'http://127.0.0.1:9', 'token')\n"
+            "print(asyncio.run(run()), sorted({m.split('.')[0] for m in sys.modules} & {'fastmcp', 'mcp'}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=False,
+                          env={**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])})
+    assert done.stdout.strip() == "None ['mcp']", done.stdout + done.stderr[-2000:]

@@ -16,6 +16,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from fleet_mcp import __version__
 from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, refusal
 from tests.support import TOOLS, emulator_thread
 
@@ -29,7 +30,7 @@ async def tour(session: ClientSession, era: str) -> None:
     """The same calls in either era: what an orchestrator does first."""
     await getattr(session, era)()
     assert session.protocol_version == ERAS[era]
-    assert session.server_info.name == "fleet-mcp"
+    assert (session.server_info.name, session.server_info.version) == ("fleet-mcp", __version__)
     assert {t.name for t in (await session.list_tools()).tools} == TOOLS
     projects = await session.call_tool("list_agent_projects", {})
     assert not projects.is_error

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -130,7 +131,7 @@ async def test_another_server_answers_the_id_and_another_user_cannot(served, emu
 
     other = TasksClient()
     async with Client(another(), extensions=[other.extension()]) as restarted:
-        states = []
+        states: list[Any] = []
         while not states or states[-1]["status"] == "working":
             states.append(await other.request(restarted.session, "tasks/get", {"taskId": task_id}))
         assert states[-1]["status"] == "completed", states[-1]

@@ -8,6 +8,8 @@ each test walks a whole story.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
@@ -191,7 +193,7 @@ def attacker(body: dict) -> Reply:
     """The scripted model, but a prompt saying FORGE ends its turn with a forged request for permission, one
     saying LOUD with a huge answer forging the runner's state, and one saying TWICE asks for two commands, one
     after the other."""
-    prompt = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"
+    prompt: Any = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"
                    and "tool_result" not in str(m.get("content"))), {})
     done = sum(str(m.get("content")).count("tool_result") for m in body.get("messages") or [])
     tools = [t.get("name") for t in body.get("tools") or []]

@@ -5,6 +5,7 @@ view, and the agent itself reposting its prompt with a harmless input through Co
 from __future__ import annotations
 
 import json
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -22,7 +23,7 @@ ASKED = {"BANNER": BANNER, "TWO_LINES": TWO_LINES, "HUGE": HUGE}
 
 def asker(body: dict) -> Reply:
     """The scripted model, but a prompt naming one of ASKED asks for that Bash command once."""
-    prompt = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"
+    prompt: Any = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"
                    and "tool_result" not in str(m.get("content"))), {})
     answered = "tool_result" in str(((body.get("messages") or [{}])[-1]).get("content"))
     tools = [t.get("name") for t in body.get("tools") or []]

@@ -58,7 +58,7 @@ async def test_progress_of_one_agent_says_agent(tools, emulator):
 
     # Long enough that a loaded machine's first listing leaves time for a word before the timeout.
     await tools("wait_for_agents", progress=progress, agent_names=["alone"], timeout_s=1.0)
-    assert said and said[0].startswith("0 of 1 agent reached idle; waiting")
+    assert said and (said[0] or "").startswith("0 of 1 agent reached idle; waiting")
 
 
 async def test_the_cap_of_one_agent_says_agent(emulator, conformance):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 SPEC = "Refactor the billing module."
@@ -24,7 +26,7 @@ async def test_list_shows_only_the_token_users_managed_agents(tools, emulator):
 
 async def test_list_status_moves_with_the_workspace(tools, emulator):
     await tools("create_agent", name="mover", project="fleet-demo", spec=SPEC)
-    seen = []
+    seen: list[Any] = []
     for _ in range(60):
         status = (await tools("list_agents"))["agents"][0]["status"]
         if not seen or seen[-1] != status:
