@@ -50,7 +50,7 @@ class Emulator:
         if agent_runtime not in AGENT_RUNTIMES:
             raise ValueError(f"agent_runtime must be one of {', '.join(AGENT_RUNTIMES)}, not {agent_runtime!r}")
         self.agent_runtime = agent_runtime
-        self.url: str | None = None  # where it is served, once it is (runners report to it)
+        self.url = ""  # where it is served, once it is ("" until then; runners report to it)
         self.backend = Backend(clock=Clock(virtual=virtual), timings=timings or Timings())
         self.claude = ClaudeCode(self.backend)  # before the seed, so seeded agents run too
         self.runners = Runners(self.backend, anthropic_base_url) if agent_runtime == "runner" else None

@@ -97,7 +97,7 @@ async def test_an_app_request_is_authenticated_where_coder_reads_its_token(emula
     accepted = [({"Cookie": f"coder_session_token={TOKEN}"}, {}), ({"Cookie": f"{cookie_for(form)}={TOKEN}"}, {}),
                 ({"Coder-Session-Token": TOKEN}, {}), ({"Authorization": f"Bearer {TOKEN}"}, {}),
                 ({}, {"coder_session_token": TOKEN}), ({}, {"access_token": TOKEN})]
-    refused = [({"Cookie": f"{other}={TOKEN}"}, {}), ({"Cookie": f"session={TOKEN}"}, {}), ({"X-Token": TOKEN}, {})]
+    refused: list[tuple[dict[str, str], dict[str, str]]] = [({"Cookie": f"{other}={TOKEN}"}, {}), ({"Cookie": f"session={TOKEN}"}, {}), ({"X-Token": TOKEN}, {})]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=emulator.app), base_url="http://coder.test") as c:
         for headers, params in accepted:
             assert (await c.get(url, headers={"Host": host, **headers}, params=params)).status_code == 200, headers
@@ -106,8 +106,8 @@ async def test_an_app_request_is_authenticated_where_coder_reads_its_token(emula
 
 
 async def test_the_runner_forward_passes_credentials_on_as_coder_does():
-    async with running(SimpleNamespace(app=Starlette(routes=[Route("/{rest:path}", echo)]))) as url, \
-            httpx.AsyncClient() as client:  # type: ignore[arg-type]
+    fake = SimpleNamespace(app=Starlette(routes=[Route("/{rest:path}", echo)]))
+    async with running(fake) as url, httpx.AsyncClient() as client:  # type: ignore[arg-type]
         sent: list[dict] = []
 
         async def receive() -> dict:

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data 
 
 @pytest.fixture(scope="module")
 def recorded() -> RecordedShapes:
-    return RecordedShapes.from_reference(reference_dir())
+    reference = reference_dir()
+    assert reference is not None
+    return RecordedShapes.from_reference(reference)
 
 
 @pytest.fixture
@@ -85,7 +87,9 @@ async def test_our_answer_has_every_real_key(coder, rich, recorded, method, temp
 def _recorded_login_redirects() -> list[tuple[str, str]]:
     """(request path and query, Location) of the app-proxy 303s in the recordings."""
     found = []
-    for file in sorted((reference_dir() / "coder" / "recorded").glob("**/*.yaml")):
+    reference = reference_dir()
+    assert reference is not None
+    for file in sorted((reference / "coder" / "recorded").glob("**/*.yaml")):
         for entry in load_cassette(file).get("interactions", []):
             response, uri = entry["response"], urlsplit(entry["request"]["uri"])
             if response["status"]["code"] == 303 and "/apps/" in uri.path:

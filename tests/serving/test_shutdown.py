@@ -37,7 +37,7 @@ INTO_THE_CALL_S = 0.3
 CREATE = {"name": "slow", "project": "fleet-demo", "spec": "Wait. [[hang]]"}
 
 
-def check_stopped(code: int, logs: str, sig: signal.Signals, signalled_at: float) -> None:
+def check_stopped(code: int | None, logs: str, sig: signal.Signals, signalled_at: float) -> None:
     assert code == 0, logs
     assert f"{sig.name} received" in logs
     assert "Coder client closed" in logs  # the lifespan's cleanup ran
@@ -50,11 +50,13 @@ class Stdio:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
+        assert proc.stdin is not None and proc.stdout is not None
+        self.stdin, self.stdout = proc.stdin, proc.stdout
         self.next_id = 0
 
     async def send(self, message: dict) -> None:
-        self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
-        await self.proc.stdin.drain()
+        self.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+        await self.stdin.drain()
 
     async def request(self, method: str, params: dict) -> int:
         self.next_id += 1
@@ -63,7 +65,7 @@ class Stdio:
 
     async def answer(self, request_id: int) -> dict:
         while True:  # every stdout line is JSON-RPC; notifications may come first
-            line = await asyncio.wait_for(self.proc.stdout.readline(), WAIT_S)
+            line = await asyncio.wait_for(self.stdout.readline(), WAIT_S)
             assert line, "stdout closed before the answer"
             message = json.loads(line)
             if message.get("id") == request_id:
@@ -106,7 +108,7 @@ async def test_stdio_call_in_flight_finishes_then_exit_0_on_sigint(tmp_path):
         result = await asyncio.wait_for(pending, WAIT_S)
         assert not result.get("isError"), result
         assert result["structuredContent"]["deleted_agent"]["name"] == "slow"
-        trailing = await asyncio.wait_for(client.proc.stdout.read(), WAIT_S)
+        trailing = await asyncio.wait_for(client.stdout.read(), WAIT_S)
         code = await asyncio.wait_for(client.proc.wait(), WAIT_S)
     assert trailing == b""
     logs = (tmp_path / "stderr.log").read_text()
