@@ -10,9 +10,9 @@ each served by its own process over streamable HTTP and driven by the mcp SDK's 
 - bare_echo: a bare FastMCP server's `echo` (`coder.BARE_SERVER`, the ratio's reference);
 - bare_list: a bare FastMCP server whose `list_agents` answers the fleet's recorded answer (an `AgentList`,
   structured output): FastMCP's own cost of the answer the fleet gives;
-- bare_listing: bare_list, but each call first asks the stand-in the fleet's own listing request with a plain
-  `httpx.AsyncClient` (its defaults, a kept connection) and decodes its JSON: the floor of any FastMCP server that
-  reads what list_agents reads, through httpx, before any work on it;
+- bare_listing: bare_list's process, its `list_agents_asking`: each call first asks the stand-in the fleet's own
+  listing request with a plain `httpx.AsyncClient` (its defaults, a kept connection) and decodes its JSON: the
+  floor of any FastMCP server that reads what list_agents reads, through httpx, before any work on it;
 - fleet_from_memory_bare_http: `fleet-mcp` with `Fleet.list_agents` answering its first answer again, served
   by FastMCP's plain `http_app` (none of `serving/`'s layers: no /healthz, token gate, session cap, access
   log, Host/Origin guard);
@@ -37,18 +37,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/processes.
 
 from coder import BARE_SERVER, ERAS, Coder, call, coder, http_session, stdio_session
 
-from tests.processes import clean_env, cpu_seconds, fleet_command, http_server
+from tests.processes import Running, clean_env, cpu_seconds, fleet_command, http_server
 
 LIST_SERVER = textwrap.dedent('''\
     import json
     import os
     import sys
 
+    import httpx
     from fastmcp import FastMCP
 
+    from fleet_mcp.fleet.rules import FLEET_QUERY
     from fleet_mcp.models import AgentList
 
     ANSWER = AgentList.model_validate(json.loads(os.environ["ANSWER"]))
+    CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
+                              headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})
     mcp = FastMCP("bare-list")
 
 
@@ -58,30 +62,18 @@ LIST_SERVER = textwrap.dedent('''\
         return ANSWER
 
 
+    @mcp.tool
+    async def list_agents_asking(status: str | None = None, project: str | None = None) -> AgentList:
+        """The fleet's listing request, its JSON decoded; then the fleet's recorded answer."""
+        listing = await CODER.get("/api/v2/workspaces", params={"q": FLEET_QUERY})
+        listing.raise_for_status()
+        listing.json()
+        return ANSWER
+
+
     if __name__ == "__main__":  # --transport http --host H --port P
         mcp.run(transport="http", host=sys.argv[4], port=int(sys.argv[6]), show_banner=False)
     ''')
-LISTING_SERVER = LIST_SERVER.replace('''@mcp.tool
-async def list_agents(status: str | None = None, project: str | None = None) -> AgentList:
-    """The fleet's recorded answer."""
-    return ANSWER
-''', '''import httpx
-
-from fleet_mcp.fleet.rules import FLEET_QUERY
-
-CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
-                          headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})
-
-
-@mcp.tool
-async def list_agents(status: str | None = None, project: str | None = None) -> AgentList:
-    """The fleet's listing request, its JSON decoded; then the fleet's recorded answer."""
-    listing = await CODER.get("/api/v2/workspaces", params={"q": FLEET_QUERY})
-    listing.raise_for_status()
-    listing.json()
-    return ANSWER
-''')
-assert LISTING_SERVER != LIST_SERVER
 FROM_MEMORY = textwrap.dedent('''\
     import os
     import sys
@@ -113,36 +105,34 @@ SERVERS = ("bare_echo", "bare_list", "bare_listing", "fleet_from_memory_bare_htt
 WARM = 10
 
 
-async def cpu_per_call(command: list[str], env: dict[str, str], workdir: str, tool: str, arguments: dict,
-                       calls: int, warm: int = WARM) -> dict[str, float]:
+async def cpu_per_call(server: Running, tool: str, arguments: dict, calls: int, warm: int = WARM) -> dict[str, float]:
     """CPU ms per call of `tool` over `calls` calls (after `warm`), in each protocol era."""
     out = {}
-    with http_server(Path(workdir), command=command, env=env) as server:
-        for era in ERAS:
-            async with http_session(server.url, era) as session:
-                for _ in range(warm):
-                    answer = await call(session, tool, **arguments)
-                if tool == "list_agents" and answer["total_count"] != 10:
-                    raise RuntimeError(f"list_agents found {answer['total_count']} agents of 10")
-                before = cpu_seconds(server.proc.pid)
-                for _ in range(calls):
-                    await call(session, tool, **arguments)
-                out[era] = round((cpu_seconds(server.proc.pid) - before) * 1e3 / calls, 3)
+    for era in ERAS:
+        async with http_session(server.url, era) as session:
+            for _ in range(warm):
+                answer = await call(session, tool, **arguments)
+            if tool.startswith("list_agents") and answer["total_count"] != 10:
+                raise RuntimeError(f"{tool} found {answer['total_count']} agents of 10")
+            before = cpu_seconds(server.proc.pid)
+            for _ in range(calls):
+                await call(session, tool, **arguments)
+            out[era] = round((cpu_seconds(server.proc.pid) - before) * 1e3 / calls, 3)
     return out
 
 
 def servers(workdir: str, fleet_env: dict[str, str], answer: dict) -> dict[str, tuple]:
     """Each server's (command, env, tool, arguments), its scripts written into `workdir`; `answer`: the
-    fleet's list_agents of 10, which the bare list servers answer."""
+    fleet's list_agents of 10, which the bare list servers answer (bare_list and bare_listing: two tools of
+    one process)."""
     scripts = {}
-    for name, text in (("bare.py", BARE_SERVER), ("list.py", LIST_SERVER), ("listing.py", LISTING_SERVER),
-                       ("list_memory.py", FROM_MEMORY)):
+    for name, text in (("bare.py", BARE_SERVER), ("list.py", LIST_SERVER), ("list_memory.py", FROM_MEMORY)):
         scripts[name] = [sys.executable, str(Path(workdir, name))]
         Path(workdir, name).write_text(text)
     return {
         "bare_echo": (scripts["bare.py"], clean_env(), "echo", {"text": "hi"}),
-        "bare_list": (scripts["list.py"], clean_env(ANSWER=json.dumps(answer)), "list_agents", {}),
-        "bare_listing": (scripts["listing.py"], {**fleet_env, "ANSWER": json.dumps(answer)}, "list_agents", {}),
+        "bare_list": (scripts["list.py"], {**fleet_env, "ANSWER": json.dumps(answer)}, "list_agents", {}),
+        "bare_listing": (scripts["list.py"], {**fleet_env, "ANSWER": json.dumps(answer)}, "list_agents_asking", {}),
         "fleet_from_memory_bare_http": (scripts["list_memory.py"], {**fleet_env, "BARE_HTTP": "1"}, "list_agents",
                                         {}),
         "fleet_from_memory": (scripts["list_memory.py"], fleet_env, "list_agents", {}),
@@ -157,14 +147,29 @@ async def breakdown(stand_in: Coder, workdir: str, answer: dict, calls: int, lab
     stand_in.replay(0)
     chosen = servers(workdir, clean_env(CODER_URL=stand_in.url, CODER_SESSION_TOKEN=stand_in.token), answer)
     out = {}
-    for label in labels:
-        command, env, tool, arguments = chosen[label]
-        asked = stand_in.stats()["requests"]
-        out[label] = await cpu_per_call(command, env, workdir, tool, arguments, calls, warm)
-        if label == "bare_listing" and stand_in.stats()["requests"] - asked != len(ERAS) * (warm + calls):
-            raise RuntimeError("bare_listing did not ask Coder's listing once a call")
+    for command, env, group in processes(chosen, labels):
+        with http_server(Path(workdir), command=command, env=env) as server:
+            for label in group:
+                _, _, tool, arguments = chosen[label]
+                asked = stand_in.stats()["requests"]
+                out[label] = await cpu_per_call(server, tool, arguments, calls, warm)
+                if label == "bare_listing" and stand_in.stats()["requests"] - asked != len(ERAS) * (warm + calls):
+                    raise RuntimeError("bare_listing did not ask Coder's listing once a call")
     if misses := stand_in.stats()["misses"]:
         raise RuntimeError(f"the stand-in had no recorded answer for {misses[:5]}")
+    return out
+
+
+def processes(chosen: dict[str, tuple], labels) -> list[tuple[list[str], dict[str, str], list[str]]]:
+    """(command, env, labels): the servers to start for `labels`, one process for those with the same both."""
+    out: list[tuple[list[str], dict[str, str], list[str]]] = []
+    for label in labels:
+        command, env = chosen[label][:2]
+        same = [p for p in out if p[0] == command and p[1] == env]
+        if same:
+            same[0][2].append(label)
+        else:
+            out.append((command, env, [label]))
     return out
 
 

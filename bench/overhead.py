@@ -8,9 +8,10 @@ bench's stand-in Coder (`bench/coder.py`), each driven by the mcp SDK's `ClientS
 - bare_echo: a bare FastMCP server's `echo` (`coder.BARE_SERVER`, the reference of `tool_overhead_ratio`);
 - bare_answer: a bare FastMCP server whose `show_agent` answers show_agent's recorded answer (a `ShownAgent`,
   structured output) from a service injected by `Depends`: FastMCP's own cost of what show_agent uses;
-- bare_requests: bare_answer, but each call first asks the stand-in show_agent's own 3 requests at once with a
-  plain `httpx.AsyncClient` (its defaults, kept connections) and decodes their JSON: the floor of any FastMCP
-  server that asks Coder what show_agent asks, through httpx, before any work on the answers;
+- bare_requests: bare_answer's process, its `show_agent_asking`: each call first asks the stand-in show_agent's
+  own 3 requests at once with a plain `httpx.AsyncClient` (its defaults, kept connections) and decodes their
+  JSON: the floor of any FastMCP server that asks Coder what show_agent asks, through httpx, before any work
+  on the answers;
 - fleet_from_memory: `fleet-mcp` with `Fleet.show` answering each agent's first answer again: the fleet's tool
   path (registry wrapper, errors, middleware, the stdio gate) without a Coder request;
 - fleet: `fleet-mcp`, show_agent (3 Coder requests in 1 round trip).
@@ -34,24 +35,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/processes.py: the process helpers
 
 from coder import BARE_SERVER, Coder, call, coder, stdio_session
+from http_cpu import processes
+from mcp import ClientSession
 
 from tests.processes import clean_env, cpu_seconds, fleet_command
 
 ANSWER_SERVER = textwrap.dedent('''\
+    import asyncio
     import json
     import os
 
+    import httpx
     from fastmcp import Context, FastMCP
     from fastmcp.dependencies import CurrentContext, Depends
 
     from fleet_mcp.models import ShownAgent
 
     ANSWERS = {name: ShownAgent.model_validate(a) for name, a in json.loads(os.environ["ANSWERS"]).items()}
+    ROUTES = json.loads(os.environ["ROUTES"])
+    CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
+                              headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})
     mcp = FastMCP("bare-answer")
 
 
     class Shows:
         async def show(self, name: str) -> ShownAgent:
+            return ANSWERS[name]
+
+        async def asking(self, name: str) -> ShownAgent:
+            for answer in await asyncio.gather(*(CODER.get(path) for path in ROUTES[name])):
+                answer.raise_for_status()
+                answer.json()
             return ANSWERS[name]
 
 
@@ -65,29 +79,15 @@ ANSWER_SERVER = textwrap.dedent('''\
         return await shows.show(agent_name)
 
 
+    @mcp.tool
+    async def show_agent_asking(agent_name: str, shows: Shows = Depends(shows_of)) -> ShownAgent:
+        """show_agent's requests asked at once, their JSON decoded; then show_agent's recorded answer."""
+        return await shows.asking(agent_name)
+
+
     if __name__ == "__main__":
         mcp.run(transport="stdio", show_banner=False)
     ''')
-BARE_REQUESTS = ANSWER_SERVER.replace('''class Shows:
-    async def show(self, name: str) -> ShownAgent:
-        return ANSWERS[name]
-''', '''import asyncio
-
-import httpx
-
-ROUTES = json.loads(os.environ["ROUTES"])
-CODER = httpx.AsyncClient(base_url=os.environ["CODER_URL"],
-                          headers={"Coder-Session-Token": os.environ["CODER_SESSION_TOKEN"]})
-
-
-class Shows:
-    async def show(self, name: str) -> ShownAgent:
-        for answer in await asyncio.gather(*(CODER.get(path) for path in ROUTES[name])):
-            answer.raise_for_status()
-            answer.json()
-        return ANSWERS[name]
-''')
-assert BARE_REQUESTS != ANSWER_SERVER
 FROM_MEMORY = textwrap.dedent('''\
     import sys
 
@@ -111,30 +111,28 @@ WARM = 20
 SERVERS = ("bare_echo", "bare_answer", "bare_requests", "fleet_from_memory", "fleet")
 
 
-async def measured(stand_in: Coder, command: list[str], env: dict[str, str], workdir: str, tool: str,
-                   arguments: list[dict], calls: int, latency_ms: float, names: list[str], warm: int = WARM) -> dict:
+async def measured(stand_in: Coder, session: ClientSession, pid: int, tool: str, arguments: list[dict], calls: int,
+                   latency_ms: float, names: list[str], warm: int = WARM) -> dict:
     """CPU ms per call and median overhead ms of `calls` calls (after `warm`), the stand-in at `latency_ms`."""
-    async with stdio_session(command, env, workdir) as (session, pid):
-        await session.initialize()
-        if tool == "show_agent":
-            for name in names:  # the answers from memory are made here, with the stand-in still replaying at once
-                await call(session, tool, agent_name=name)
-        stand_in.replay(latency_ms)
-        for i in range(warm):
-            await call(session, tool, **arguments[i % len(arguments)])
-        before, overheads, asked, missed = cpu_seconds(pid), [], 0, []
-        for i in range(calls):
-            stand_in.clear()
-            t0 = time.perf_counter()
-            answer = await call(session, tool, **arguments[i % len(arguments)])
-            wall = time.perf_counter() - t0
-            stats = stand_in.stats()
-            held, asked, missed = stats["busy_ms"] / 1e3, asked + stats["requests"], missed + stats["misses"]
-            waited = float(answer["result"]) if tool == "echo" and latency_ms else 0.0
-            overheads.append(wall - held - waited)
-        cpu = (cpu_seconds(pid) - before) / calls
+    stand_in.replay(0)
+    for name in names:  # the answers from memory are made here, with the stand-in still replaying at once
+        await call(session, tool, agent_name=name)
+    stand_in.replay(latency_ms)
+    for i in range(warm):
+        await call(session, tool, **arguments[i % len(arguments)])
+    before, overheads, asked, missed = cpu_seconds(pid), [], 0, []
+    for i in range(calls):
+        stand_in.clear()
+        t0 = time.perf_counter()
+        answer = await call(session, tool, **arguments[i % len(arguments)])
+        wall = time.perf_counter() - t0
+        stats = stand_in.stats()
+        held, asked, missed = stats["busy_ms"] / 1e3, asked + stats["requests"], missed + stats["misses"]
+        waited = float(answer["result"]) if tool == "echo" and latency_ms else 0.0
+        overheads.append(wall - held - waited)
+    cpu = (cpu_seconds(pid) - before) / calls
     if missed:
-        raise RuntimeError(f"{command[-1]} asked what the stand-in never recorded: {missed[:3]}")
+        raise RuntimeError(f"{tool} asked what the stand-in never recorded: {missed[:3]}")
     return {"cpu_ms": round(cpu * 1e3, 3), "overhead_ms": round(statistics.median(overheads) * 1e3, 3),
             "requests_per_call": round(asked / calls, 2)}
 
@@ -144,16 +142,15 @@ def servers(workdir: str, fleet_env: dict[str, str], answers: dict[str, dict], r
     """Each server's (command, env, tool, arguments), its scripts written into `workdir`: `answers` are
     show_agent's for each agent, `routes` the paths it asked Coder for each."""
     scripts = {}
-    for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("asking.py", BARE_REQUESTS),
-                       ("memory.py", FROM_MEMORY)):
+    for name, text in (("bare.py", BARE_SERVER), ("answer.py", ANSWER_SERVER), ("memory.py", FROM_MEMORY)):
         scripts[name] = [sys.executable, str(Path(workdir, name))]
         Path(workdir, name).write_text(text)
     shows = [{"agent_name": name} for name in answers]
+    answering = {**fleet_env, "ANSWERS": json.dumps(answers), "ROUTES": json.dumps(routes)}
     return {
         "bare_echo": (scripts["bare.py"], clean_env(), "echo", [{"text": "hi", "wait_ms": latency_ms}]),
-        "bare_answer": (scripts["answer.py"], clean_env(ANSWERS=json.dumps(answers)), "show_agent", shows),
-        "bare_requests": (scripts["asking.py"], {**fleet_env, "ANSWERS": json.dumps(answers),
-                                                 "ROUTES": json.dumps(routes)}, "show_agent", shows),
+        "bare_answer": (scripts["answer.py"], answering, "show_agent", shows),
+        "bare_requests": (scripts["answer.py"], answering, "show_agent_asking", shows),
         "fleet_from_memory": (scripts["memory.py"], fleet_env, "show_agent", shows),
         "fleet": (fleet_command(), fleet_env, "show_agent", shows),
     }
@@ -165,11 +162,13 @@ async def breakdown(stand_in: Coder, workdir: str, answers: dict[str, dict], rou
     chosen = servers(workdir, clean_env(CODER_URL=stand_in.url, CODER_SESSION_TOKEN=stand_in.token), answers,
                      routes, latency_ms)
     out = {}
-    for label in labels:
-        command, env, tool, arguments = chosen[label]
-        stand_in.replay(0)
-        out[label] = await measured(stand_in, command, env, workdir, tool, arguments, calls, latency_ms,
-                                    list(answers) if tool == "show_agent" else [], warm)
+    for command, env, group in processes(chosen, labels):
+        async with stdio_session(command, env, workdir) as (session, pid):
+            await session.initialize()
+            for label in group:
+                _, _, tool, arguments = chosen[label]
+                out[label] = await measured(stand_in, session, pid, tool, arguments, calls, latency_ms,
+                                            list(answers) if tool.startswith("show_agent") else [], warm)
     return out
 
 

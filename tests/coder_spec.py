@@ -30,7 +30,7 @@ from jsonschema import Draft7Validator, FormatChecker
 try:
     import jsonschema_rs
 except ImportError:  # a venv made before it joined the test extra: every body is judged by jsonschema alone
-    jsonschema_rs = None
+    jsonschema_rs = None  # type: ignore[assignment]
 
 REFERENCE_ENV = "FLEET_MCP_REFERENCE_DIR"
 

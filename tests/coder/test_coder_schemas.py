@@ -148,8 +148,9 @@ def _check_build(build: WorkspaceBuild) -> None:
         for app in agent.apps:
             assert app.slug and app.health in APP_HEALTH
             assert all(status.state in APP_STATES for status in app.statuses)
-            times = [status.created_at for status in app.statuses]
-            assert times == sorted(times, reverse=True), "statuses must come newest first"
+            times = [status.created_at for status in app.statuses if status.created_at is not None]
+            assert len(times) == len(app.statuses) and times == sorted(times, reverse=True), \
+                "statuses must come newest first"
 
 
 def _check_workspace(ws: Workspace) -> None:
@@ -329,6 +330,7 @@ def test_settings_hide_token_and_normalise_url(monkeypatch: pytest.MonkeyPatch) 
     settings = Settings(_env_file=None)
     assert settings.coder_url == "https://coder.example.com"
     assert settings.agentapi_app_slug == "claude" and settings.retry_budget_s == 3
+    assert settings.coder_session_token is not None
     assert settings.coder_session_token.get_secret_value() == "tok-SECRET-123"
     for text in (repr(settings), str(settings), settings.model_dump_json()):
         assert "tok-SECRET-123" not in text

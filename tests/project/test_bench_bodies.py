@@ -21,6 +21,7 @@ STANDIN = Path(__file__).resolve().parents[2] / "bench" / "standin.py"
 
 def standin():
     spec = importlib.util.spec_from_file_location("bench_standin", STANDIN)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("bench_standin", module)
     spec.loader.exec_module(module)
@@ -29,7 +30,9 @@ def standin():
 
 async def test_real_sized_workspaces_are_as_big_and_keyed_as_real_ones_and_read_the_same(coder, emulator):
     module = standin()
-    listing = reference_dir() / "coder" / "recorded" / "list_workspaces_success.yaml"
+    reference = reference_dir()
+    assert reference is not None
+    listing = reference / "coder" / "recorded" / "list_workspaces_success.yaml"
     real = module.load_real_workspace(str(listing))
     assert 40_000 < len(json.dumps(real, separators=(",", ":"))) < 60_000
     await coder.post("/emulator/fleet", json={"count": 3, "prefix": "sized"})

@@ -132,13 +132,15 @@ def test_no_repository_is_said_and_the_log_survives_a_restart(tmp_path, repo):
     bare = tmp_path / "plain"
     bare.mkdir()
     changes, why = task(ChangeLog(bare, tmp_path / "s1"), lambda: (bare / "x").write_text("x"))
-    assert changes is None and "not in a git repository" in why
+    assert changes is None and why is not None and "not in a git repository" in why
     log = ChangeLog(repo, repo / ".fleet-runner")  # state inside the work tree: kept out of git's view
     first, _ = task(log, lambda: (repo / "a.txt").write_text("a\n"))
+    assert first is not None
     assert [f["path"] for f in first["files"]] == ["a.txt"]
     again = ChangeLog(repo, repo / ".fleet-runner")  # a restarted runner
-    assert again.task.model_dump() == first and again.origin == log.origin
+    assert again.task is not None and again.task.model_dump() == first and again.origin == log.origin
     second, _ = task(again, lambda: (repo / "b.txt").write_text("b\n"))
+    assert second is not None and again.agent is not None
     assert [f["path"] for f in second["files"]] == ["b.txt"]  # this task only
     assert [f["path"] for f in again.agent.model_dump()["files"]] == ["a.txt", "b.txt"]  # everything since the start
     assert ".fleet-runner" not in git(repo, "status", "--porcelain", "--untracked-files=all")

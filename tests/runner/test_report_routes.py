@@ -194,7 +194,8 @@ async def test_the_cli_a_runner_workspace_forks_reports_the_same_for_a_fraction_
         os.killpg(forks.pid, signal.SIGKILL)
         forks.wait(WAIT_S)
         for pipe in (forks.stdin, forks.stdout):
-            pipe.close()
+            if pipe is not None:
+                pipe.close()
 
 
 def test_the_runner_reaches_coders_cli_with_no_fastmcp(tmp_path):

@@ -103,7 +103,7 @@ async def test_600_guessed_tokens_cost_coder_a_bucket_and_a_valid_first_call_is_
     verifier = CoderTokens(users, Guesses(PER_MINUTE, remember_s=60, clock=clock))
     try:
         before = coder_checks(emulator)
-        answers = Counter()
+        answers: Counter[str] = Counter()
         with from_address("198.51.100.7"):
             for token in attack():
                 access = await verifier.verify_token(token)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleet_mcp.coder.schemas import Workspace
 
 SPEC = "Tidy the README."
@@ -30,7 +32,7 @@ async def test_a_listing_without_app_statuses_is_unknown_not_idle(tools, emulato
 
 
 def test_absent_status_fields_differ_from_empty_ones():
-    build = {"id": "b", "resources": [{"id": "r", "agents": [{"id": "a", "name": "main", "apps": [
+    build: dict[str, Any] = {"id": "b", "resources": [{"id": "r", "agents": [{"id": "a", "name": "main", "apps": [
         {"id": "p", "slug": "ccw"}]}]}]}
     assert not Workspace.model_validate({"id": "w", "name": "w", "latest_build": build}).sends_app_statuses
     assert Workspace.model_validate({"id": "w", "name": "w", "latest_build": build,
