@@ -189,8 +189,8 @@ def test_claude_codes_bash_sandbox_is_asked_for_where_the_platform_has_one(monke
     on = sdk.sandbox("on")
     assert on is not None and on["enabled"] and not on["allowUnsandboxedCommands"]  # no way around it
     assert on["network"]["allowLocalBinding"] is False
-    monkeypatch.setattr(sdk.shutil, "which", lambda name: None)  # Linux without bubblewrap: no sandbox to ask for
-    monkeypatch.setattr(sdk.sys, "platform", "linux")
+    monkeypatch.setattr("fleet_mcp.runner.sdk.shutil.which", lambda name: None)  # Linux without bubblewrap: no sandbox to ask for
+    monkeypatch.setattr("fleet_mcp.runner.sdk.sys.platform", "linux")
     assert sdk.sandbox("auto") is None
-    monkeypatch.setattr(sdk.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("fleet_mcp.runner.sdk.shutil.which", lambda name: f"/usr/bin/{name}")
     assert sdk.sandbox("auto") == on

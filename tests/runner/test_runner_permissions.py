@@ -5,6 +5,7 @@ allow and deny are in test_runner_door, on its runner."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ COMMAND = "sh -c 'echo permitted > permitted.txt'"
 def test_an_input_is_shown_whole_up_to_64_kib_and_past_it_every_string_is_cut_to_fit():
     edit = {"file_path": "a.py", "old_string": "x = 1\n" * 3, "new_string": "x = 2\n\nimport os\n"}
     assert shown_input(edit) == (edit, False, len(json.dumps(edit, separators=(",", ":"))))
-    huge = {"file_path": "big.txt", "content": "line\n" * 20_000, "flags": [True, 3], "note": "é" * 40_000}
+    huge: dict[str, Any] = {"file_path": "big.txt", "content": "line\n" * 20_000, "flags": [True, 3], "note": "é" * 40_000}
     shown, cut, chars = shown_input(huge)
     assert cut and chars > INPUT_MAX >= len(json.dumps(shown, ensure_ascii=False, separators=(",", ":")))
     assert shown["file_path"] == "big.txt" and shown["flags"] == [True, 3]  # short values whole

@@ -36,7 +36,7 @@ def test_audit_logs_and_coder_errors_redact_alike():
     assert audit.cut({"spec": TEXT}, [SECRET, SHORT]) == {"spec": EXPECTED}
     assert _logged(TEXT) == EXPECTED
     assert _coder_error(TEXT) == EXPECTED
-    assert coder_errors.redact is redact and audit.redact is redact and logs.redact is redact
+    assert coder_errors.redact is redact and vars(audit)["redact"] is redact and vars(logs)["redact"] is redact
 
 
 def test_the_longest_secret_goes_first_and_nothing_is_no_secret():

@@ -148,6 +148,19 @@ def test_the_server_never_imports_httpx_own_command_line_client():
     assert done.stdout.split() == ["True", "False", "True"]
 
 
+@pytest.mark.parametrize("env", [{}, {"CODER_URL": "http://127.0.0.1:9", "CODER_SESSION_TOKEN": SECRET}],
+                         ids=["bad-settings", "coder-unreachable"])
+def test_a_server_refusing_to_start_over_stdio_never_imports_fastmcp(tmp_path, env):
+    """FastMCP (with the MCP types) is most of a server's start-up, a second or two of CPU: a refusal, which
+    serves nothing, says its one line without it."""
+    probe = ("import sys; from fleet_mcp.cli import main; code = main([]); "
+             "print(code, 'fastmcp' in sys.modules, 'mcp_types' in sys.modules, file=sys.stdout)")
+    done = subprocess.run([sys.executable, "-c", probe], env=clean_env(**env), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
+    assert done.stdout.split() == ["2", "False", "False"], (done.stdout, done.stderr)
+    assert done.stderr.startswith("fleet-mcp: ") and SECRET not in done.stderr
+
+
 # --- --help ----------------------------------------------------------------------------
 
 def test_help_lists_the_settings_and_exit_codes():

@@ -21,7 +21,7 @@ import concurrent.futures
 import json
 import logging
 import threading
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import jsonschema
@@ -99,7 +99,7 @@ class Rig:
         b = self.emulator.backend
         workspaces = sorted((w.id, w.name, w.owner_id, w.deleted, w.latest_build.id, len(w.builds))
                             for w in b.workspaces.values())
-        sessions = sorted((k, len(s.messages), s.status, s.keys) for k, s in b.sessions.items())
+        sessions = sorted((k, len(s.messages), s.status, s.keys) for k, s in cast(dict[str, Any], b.sessions).items())
         return workspaces, sessions, len(b.templates)
 
     def call(self, tool: str, arguments: dict) -> tuple[bool, dict]:

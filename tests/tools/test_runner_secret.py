@@ -122,6 +122,6 @@ async def test_on_a_team_server_a_victims_nonce_in_another_users_workspace_deriv
     demo_id = (await coder.get("/api/v2/users/me")).json()["id"]
     runner = (await coder.get("/emulator/agents/victim/runner")).json()["url"]
     async with httpx.AsyncClient(base_url=runner, timeout=15) as direct:
-        tried = [(await direct.get("/state", headers={"X-Fleet-Runner-Key": key_of(value, SECRET, who)[0]}))
+        tried = [(await direct.get("/state", headers={"X-Fleet-Runner-Key": key_of(value, SECRET, who)[0] or ""}))
                  .status_code for who in (alice_id, demo_id)]
     assert tried == [401, 200]  # the key derived for her opens nothing of the victim's; the victim's own does
