@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
-TIMEOUT_S = 240
+TIMEOUT_S = 900  # a hang guard, not a bound: on a busy 2-core machine the one run took 150-300 s
 ISSUE_11 = {"show_agent_latencies", "create_agent_requests", "tool_overhead_ratio", "server_cpu_ratio",
             "cold_start_ratio", "rss_ratio"}
 ISSUE_24 = {"change_summary_ms", "show_agents_20_runner_latencies", "get_agent_result_round_trips"}

@@ -56,24 +56,45 @@ async def test_bad_input_to_every_route_gets_a_clear_error_and_changes_nothing(t
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
 
 
-@pytest.mark.parametrize(("args", "env", "says"), [
-    (["--host", "0.0.0.0"], {}, "not a loopback address"),
+REFUSED = [  # (args, env, what the one line names)
     (["--permission-timeout-s", "0"], {}, "permission_timeout_s"),
     ([], {"FLEET_RUNNER_PERMISSION_MODE": "yolo"}, "permission_mode"),
     (["--spec-file", "/nonexistent/spec.md"], {}, "spec.md"),
     ([], {"FLEET_RUNNER_KEY_SHA256": "not-a-digest"}, "key_sha256"),
-])
-def test_bad_settings_stop_the_runner_with_one_clear_line(tmp_path, args, env, says):
+]
+# In one process (each `fleet-mcp runner` start costs ~0.5 s of CPU): the modules the server and the CLI load,
+# then the CLI refusing each of REFUSED as `fleet-mcp runner` does; the SDK is never loaded.
+REFUSING = """
+import contextlib, io, json, os, sys
+import fleet_mcp.cli, fleet_mcp.server, fleet_mcp.runner.app, fleet_mcp.runner.session
+fleet_mcp.cli._parser().parse_args(["runner", "--port", "0"])
+answers = []
+for args, env in json.loads(sys.argv[1]):
+    os.environ.update(env)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = fleet_mcp.cli.main(["runner", "--port", "0", "--workdir", sys.argv[2], *args])
+    answers.append([code, out.getvalue(), err.getvalue()])
+    for name in env:
+        del os.environ[name]
+print(json.dumps({"answers": answers, "sdk": "claude_agent_sdk" in sys.modules}))
+"""
+
+
+def test_bad_settings_stop_the_runner_with_one_clear_line_and_the_sdk_is_never_loaded(tmp_path):
     done = subprocess.run([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(tmp_path),
-                           *args], capture_output=True, text=True, timeout=30, env=clean_env(**env), check=False)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("fleet-mcp runner: ") and says in done.stderr and "Traceback" not in done.stderr
-
-
-def test_the_server_and_the_cli_never_import_the_sdk():
-    code = ("import sys, fleet_mcp.cli, fleet_mcp.server, fleet_mcp.runner.app, fleet_mcp.runner.session;"
-            "fleet_mcp.cli._parser().parse_args(['runner', '--port', '0']);"
-            "assert 'claude_agent_sdk' not in sys.modules, 'imported'")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(),
+                           "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60, env=clean_env(),
                           check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("fleet-mcp runner: ") and "not a loopback address" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+    cases = json.dumps([[args, env] for args, env, _ in REFUSED])
+    done = subprocess.run([sys.executable, "-c", REFUSING, cases, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, env=clean_env(), check=False)
     assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    for (args, env, says), (code, out, err) in zip(REFUSED, found["answers"], strict=True):
+        assert code == 2 and out == "", (args, env, out)
+        assert err.startswith("fleet-mcp runner: ") and says in err and "Traceback" not in err, (args, env, err)
+    assert found["sdk"] is False  # neither the server, the CLI, nor a refused runner loads it
