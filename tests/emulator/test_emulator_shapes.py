@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -29,7 +30,7 @@ async def rich(coder, emulator) -> dict:
     return ws
 
 
-async def ours_for(coder, method: str, template: str, ws: dict) -> tuple[object, int]:
+async def ours_for(coder, method: str, template: str, ws: dict) -> tuple[Any, int]:
     t = await template_named(coder, "fleet-demo")
     version = t["active_version_id"]
     if method == "POST" and template.endswith("/builds"):

@@ -169,7 +169,7 @@ def sample_workspace() -> dict[str, Any]:
     }
 
 
-def set_at(body: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+def set_at(body: Any, dotted: str, value: Any) -> Any:
     """A copy of ``body`` with the value at ``a.b.0.c`` replaced."""
     changed = copy.deepcopy(body)
     *parents, last = dotted.split(".")

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,7 +175,8 @@ class Pair:
                  routes: dict[str, tuple[str, str]], emulator: Emulator) -> None:
         self.tmp_path, self.emulator_url, self.stack = tmp_path, emulator_url, stack
         self.hold, self.routes, self.emulator = hold, routes, emulator
-        self.ports, self.logs = [free_port(), free_port()], []
+        self.ports = [free_port(), free_port()]
+        self.logs: list[Any] = []
         self.replicas = [self.start(port) for port in self.ports]
 
     def start(self, port: int) -> Running:
@@ -190,7 +192,7 @@ class Pair:
                 self.replicas[n] = self.start(self.ports[n])
         return self
 
-    def served(self) -> Counter[str]:
+    def served(self) -> Counter[str | None]:
         """Calls served to their end so far, per case (the audit logs' lines)."""
         agents = {(tool, case_agent(case)): case for case, tool in CASES.items()}
         return Counter(agents.get((line["tool"], line["arguments"].get("agent_name") or line["arguments"].get("name")))
@@ -202,7 +204,7 @@ def pair(tmp_path_factory) -> Iterator[Pair]:
     emulator = Emulator(token=TOKEN)
     routes = prepare(emulator)
     hold = HoldAnswer(emulator.app)
-    emulator.app = hold
+    emulator.app = hold  # type: ignore[assignment]
     close = in_background(emulator)
     try:
         with ExitStack() as stack:
@@ -252,7 +254,7 @@ def test_a_replica_killed_with_each_write_in_flight_writes_at_most_once(pair, tm
     for case in (case for case in got if CASES[case] == "start_agent_task"):
         task = WRITES["start_agent_task"][0]["task_description"]
         session = b.sessions[next(w.id for w in b.workspaces.values() if w.name == case_agent(case))]
-        assert [m.content for m in session.messages if m.role == "user"].count(task) == 1  # type: ignore[attr-defined]
+        assert [m.content for m in session.messages if m.role == "user"].count(task) == 1
 
 
 async def kill_in_flight(base: str, cases: list[str], hold: HoldAnswer, victim: Running

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+from fastmcp.server.auth import AccessToken
 from starlette.requests import Request
 
 from fleet_mcp.serving.guesses import Guesses, address_key
@@ -25,6 +26,12 @@ from tests.support import ALICE_TOKEN, TOKEN
 
 USERS_ME = "GET /api/v2/users/{user}"
 PER_MINUTE = 10  # the default of FLEET_MCP_AUTH_REFUSALS_PER_MINUTE
+
+
+def claims(access: AccessToken | None) -> dict[str, object]:
+    """What a verified token's holder is said to be (the verifier let it through)."""
+    assert access is not None
+    return access.claims
 
 
 class VirtualClock:
@@ -115,12 +122,12 @@ async def test_600_guessed_tokens_cost_coder_a_bucket_and_a_valid_first_call_is_
 
         with from_address("203.0.113.9"):  # a valid user elsewhere: straight through, one check
             t0 = time.perf_counter()
-            assert (await verifier.verify_token(ALICE_TOKEN)).claims["username"] == "alice"
+            assert claims(await verifier.verify_token(ALICE_TOKEN))["username"] == "alice"
             first_call_s = time.perf_counter() - t0
         assert coder_checks(emulator) - before == spent + 1 and first_call_s < 1
         with from_address("198.51.100.7"):  # the guessing address: a token never accepted waits, Coder not asked
-            assert LIMITED in (await verifier.verify_token(TOKEN)).claims
-            assert (await verifier.verify_token(ALICE_TOKEN)).claims["username"] == "alice"  # accepted: not limited
+            assert LIMITED in claims(await verifier.verify_token(TOKEN))
+            assert claims(await verifier.verify_token(ALICE_TOKEN))["username"] == "alice"  # accepted: not limited
         assert coder_checks(emulator) - before == spent + 1
     finally:
         await users.aclose()
@@ -134,11 +141,11 @@ async def test_a_token_accepted_before_is_checked_again_unlimited_and_its_refusa
     try:
         with from_address("198.51.100.7"):
             assert await verifier.verify_token("bad-token-1") is None  # the address's one unit is spent
-            assert LIMITED in (await verifier.verify_token(TOKEN)).claims  # new token: waits
+            assert LIMITED in claims(await verifier.verify_token(TOKEN))  # new token: waits
         with from_address("203.0.113.9"):
-            assert (await verifier.verify_token(TOKEN)).claims["username"] == "demo"
+            assert claims(await verifier.verify_token(TOKEN))["username"] == "demo"
         with from_address("198.51.100.7"):
-            assert (await verifier.verify_token(TOKEN)).claims["username"] == "demo"  # known: asked again, unlimited
+            assert claims(await verifier.verify_token(TOKEN))["username"] == "demo"  # known: asked again, unlimited
             next(u for u in emulator.backend.users.values() if u.username == "demo").tokens.discard(TOKEN)
             assert await verifier.verify_token(TOKEN) is None  # revoked
             before = coder_checks(emulator)
