@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from tests.support import create_workspace
@@ -27,7 +28,7 @@ async def token_of(coder, name: str) -> str:
     return r.json()["token"]
 
 
-async def report(coder, token: str | None, body) -> object:
+async def report(coder, token: str | None, body) -> httpx.Response:
     headers = {"Coder-Session-Token": token} if token is not None else {}
     # The agent's request carries only its own token, never the user's.
     return await coder.patch(ROUTE, json=body, headers={"Coder-Session-Token": ""} | headers)

@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -250,11 +250,14 @@ def rig():
     made.close()
 
 
+NAMES = driver_calls(cast(RunnerDriver, None), cast(AgentAPIDriver, None))  # the calls' names; none is made
+
+
 def routes_of(name: str) -> dict[str, st.SearchStrategy[bytes]]:
     return RUNNER if name.startswith("runner.") else AGENTAPI
 
 
-@pytest.mark.parametrize("name", sorted(driver_calls(None, None)))
+@pytest.mark.parametrize("name", sorted(NAMES))
 def test_every_driver_call_on_every_hostile_answer_is_a_value_or_the_agents_problem(rig, name):
     before = rss_mb("VmRSS")
     peak_reset()
@@ -267,7 +270,7 @@ def test_every_driver_call_on_every_hostile_answer_is_a_value_or_the_agents_prob
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                   HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(sorted(driver_calls(None, None))), data=st.data())
+@given(name=st.sampled_from(sorted(NAMES)), data=st.data())
 def test_every_driver_call_on_any_answer_is_a_value_or_the_agents_problem(rig, name, data):
     routes = routes_of(name)
     fuzzed = data.draw(st.sampled_from(sorted(routes)), label="route")  # one route hostile, the rest sane
@@ -276,7 +279,7 @@ def test_every_driver_call_on_any_answer_is_a_value_or_the_agents_problem(rig, n
 
 # --- the tools ---------------------------------------------------------------------------------------------
 
-TOOLS = [("show_agents", {"agent_names": ["fuzzed", "calm"]}), ("show_agent", {"agent_name": "fuzzed"}),
+TOOLS: list[tuple[str, dict[str, Any]]] = [("show_agents", {"agent_names": ["fuzzed", "calm"]}), ("show_agent", {"agent_name": "fuzzed"}),
          ("get_agent_result", {"agent_name": "fuzzed"}), ("show_agent_diff", {"agent_name": "fuzzed"}),
          ("show_agent_log", {"agent_name": "fuzzed"}), ("wait_for_agents", {"agent_names": ["fuzzed"],
                                                                             "timeout_s": 0}),
