@@ -240,7 +240,7 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
                       "cancel_wait_s": 1.0, "delete_wait_s": 1.0, "agent_error_wait_s": 0.1}
             profiles = {
                 "main": fleet_settings(coder_url=url, request_timeout_s=10.0, retry_budget_s=0.1, **common),
-                "burst": fleet_settings(coder_url=url, request_timeout_s=10.0, retry_budget_s=1.0, **common),
+                "burst": fleet_settings(coder_url=url, request_timeout_s=10.0, retry_budget_s=10.0, **common),
                 "patient": fleet_settings(coder_url=url, request_timeout_s=10.0, retry_budget_s=5.0, **common),
                 "stalled": fleet_settings(coder_url=url, request_timeout_s=0.3, retry_budget_s=0.1, **common),
                 "slow": fleet_settings(coder_url=url, request_timeout_s=0.5, retry_budget_s=10.0, **common),
