@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, AnyStr
 
 import httpx
 
@@ -92,6 +92,13 @@ def refusal(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def pipes(proc: subprocess.Popen[AnyStr]) -> tuple[IO[AnyStr], IO[AnyStr]]:
+    """The stdin and stdout of `proc`, which was started with both piped."""
+    if proc.stdin is None or proc.stdout is None:
+        raise ValueError(f"{proc.args!r} was started without stdin and stdout piped")
+    return proc.stdin, proc.stdout
+
+
 class Lines:
     """A subprocess pipe read by a thread, so every read can be bounded."""
 
@@ -107,6 +114,12 @@ class Lines:
     def next(self, timeout: float = WAIT_S) -> str | None:
         """The next line, None at the end; queue.Empty after `timeout` seconds without one."""
         return self.lines.get(timeout=timeout)
+
+    def line(self, timeout: float = WAIT_S) -> str:
+        """The next line; RuntimeError if the stream has ended, queue.Empty after `timeout` seconds."""
+        if (line := self.next(timeout)) is None:
+            raise RuntimeError("the stream ended")
+        return line
 
     def rest(self, timeout: float = WAIT_S) -> list[str]:
         out = []

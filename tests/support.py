@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import httpx
+from mcp_types import ContentBlock, TextContent
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -147,6 +148,14 @@ def asgi_request(method: str, path: str, body: dict | None = None, query: str = 
     return Request(scope, receive)
 
 
+def first_text(content: Sequence[ContentBlock]) -> str:
+    """The text of a tool answer's first block: the JSON error envelope of a failed call."""
+    block = content[0]
+    if not isinstance(block, TextContent):
+        raise TypeError(f"the answer's first block is {block.type}, not text")
+    return block.text
+
+
 def dumps(value) -> str:
     return json.dumps(value, indent=1)[:2000]
 
@@ -172,7 +181,7 @@ class Tools:
     async def __call__(self, tool: str, progress=None, **arguments):
         result = await self.client.call_tool(tool, arguments, raise_on_error=False, progress_handler=progress)
         if result.is_error:
-            return json.loads(result.content[0].text)
+            return json.loads(first_text(result.content))
         return result.structured_content
 
     async def error(self, tool: str, **arguments) -> dict:
