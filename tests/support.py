@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from mcp_types import ContentBlock, TextContent
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -24,6 +24,11 @@ from starlette.routing import Route
 
 from fleet_mcp.emulator import Emulator
 from tests.conformance import Conformance
+
+if TYPE_CHECKING:  # mcp's types cost half a second to import: only the tests that use them pay it
+    from mcp_types import ContentBlock
+
+    from fleet_mcp.settings import Settings
 
 TOKEN = "demo-token"
 ALICE_TOKEN = "demo-token-alice"
@@ -150,6 +155,8 @@ def asgi_request(method: str, path: str, body: dict | None = None, query: str = 
 
 def first_text(content: Sequence[ContentBlock]) -> str:
     """The text of a tool answer's first block: the JSON error envelope of a failed call."""
+    from mcp_types import TextContent
+
     block = content[0]
     if not isinstance(block, TextContent):
         raise TypeError(f"the answer's first block is {block.type}, not text")
@@ -162,7 +169,7 @@ def dumps(value) -> str:
 
 # --- the fleet server, in memory, over the emulator ---------------------------
 
-def fleet_settings(**overrides):
+def fleet_settings(**overrides: Any) -> Settings:
     from fleet_mcp.settings import Settings
 
     values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
@@ -280,73 +287,3 @@ async def impostor_on(coder: httpx.AsyncClient, transport: httpx.AsyncBaseTransp
         async with running(SimpleNamespace(app=impostor.app)) as url:  # type: ignore[arg-type]
             assert (await coder.post("/emulator/app-listener", json={"url": url})).json()["url"] == url
             yield impostor
-
-
-# --- a client that declares MCP Tasks (as interactive Claude Code does) ---------------------------------
-
-class TasksClient:
-    """The tasks extension as a client runs it: a `tools/call` answered `resultType: "task"` is polled with
-    `tasks/get` until it is over (its result then answers the call); an `input_required` poll is answered with
-    `tasks/update`, each form by `answer(key, params)` (an `ElicitResult`). Records what it saw."""
-
-    def __init__(self, answer=None, pause_s: float = 0.01) -> None:
-        self.answer = answer
-        self.pause_s = pause_s
-        self.created: list[dict] = []  # the task answers of tools/call
-        self.polls: list[dict] = []  # every tasks/get answer
-
-    def extension(self):
-        from typing import Literal
-
-        from mcp.client.extension import ClientExtension, ResultClaim
-        from mcp_types import Result
-        from pydantic import ConfigDict
-
-        class Created(Result):
-            model_config = ConfigDict(extra="allow")
-            result_type: Literal["task"]
-            task_id: str
-            status: str
-
-        outer = self
-
-        class Extension(ClientExtension):
-            identifier = "io.modelcontextprotocol/tasks"
-
-            def claims(self):
-                return [ResultClaim(result_type="task", model=Created, resolve=outer._resolve)]
-
-        return Extension()
-
-    async def request(self, session, method: str, params: dict) -> dict:
-        """A raw tasks/* request on `session`; its answer as a dict."""
-        from typing import Any, Literal
-
-        from mcp_types import Request, RequestParams
-        from pydantic import ConfigDict, TypeAdapter
-
-        class Params(RequestParams):
-            model_config = ConfigDict(extra="allow")
-
-        class Raw(Request[Params, Literal[method]]):  # type: ignore[valid-type]
-            name_param = "taskId"
-
-        return await session.send_request(Raw(method=method, params=Params(**params)), TypeAdapter(dict[str, Any]))
-
-    async def _resolve(self, created, ctx):
-        import asyncio
-
-        from mcp_types import CallToolResult
-
-        self.created.append(created.model_dump(by_alias=True, mode="json"))
-        while True:
-            await asyncio.sleep(self.pause_s)
-            state = await self.request(ctx.session, "tasks/get", {"taskId": created.task_id})
-            self.polls.append(state)
-            if state["status"] == "completed":
-                return CallToolResult.model_validate(state["result"])
-            if state["status"] in ("failed", "cancelled"):
-                raise AssertionError(f"task ended {state['status']}: {state}")
-            if state["status"] == "input_required":
-                answers = {key: self.answer(key, asked["params"]) for key, asked in state["inputRequests"].items()}
-                await self.request(ctx.session, "tasks/update", {"taskId": created.task_id, "inputResponses": answers})

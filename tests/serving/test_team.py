@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
 from tests.processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
 from tests.support import ALICE_TOKEN, TOKEN, Tools, http_tools
+
+if TYPE_CHECKING:
+    from fleet_mcp.emulator import Emulator
+    from fleet_mcp.serving.tokens import CoderTokens
+    from fleet_mcp.serving.users import Users
 
 pytestmark = pytest.mark.system
 
@@ -166,28 +172,35 @@ def test_the_team_guide_quotes_the_nginx_configuration_the_tests_run():
 
 # --- the verifier and the registry, in-process over the emulator ----------------------------------------------
 
-async def _verified(emulator, **settings):
+async def _verified(emulator: Emulator, **settings: int) -> tuple[Users, CoderTokens]:
     from fleet_mcp.serving.tokens import CoderTokens
     from fleet_mcp.serving.users import Users
     from fleet_mcp.settings import Settings
 
-    values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
+    values: dict[str, Any] = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
     users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))
     return users, CoderTokens(users)
+
+
+async def claims_of(verifier: CoderTokens, token: str) -> dict[str, Any]:
+    """The claims of a token the verifier accepts."""
+    accepted = await verifier.verify_token(token)
+    assert accepted is not None, "the verifier refused the token"
+    return accepted.claims
 
 
 async def test_the_verifier_names_users_and_refuses_unknown_and_revoked_tokens(emulator):
     users, verifier = await _verified(emulator, auth_cache_s=0)
     try:
-        demo, alice = await verifier.verify_token(TOKEN), await verifier.verify_token(ALICE_TOKEN)
-        assert (demo.claims["username"], alice.claims["username"]) == ("demo", "alice")
+        demo, alice = await claims_of(verifier, TOKEN), await claims_of(verifier, ALICE_TOKEN)
+        assert (demo["username"], alice["username"]) == ("demo", "alice")
         assert await verifier.verify_token("not-a-token") is None
         assert await verifier.verify_token("") is None
         assert len(users) == 2  # a refused token keeps nothing
         # Revoked in Coder (expired, deleted): refused at the next check.
         next(u for u in emulator.backend.users.values() if u.username == "alice").tokens.discard(ALICE_TOKEN)
         assert await verifier.verify_token(ALICE_TOKEN) is None
-        assert (await verifier.verify_token(TOKEN)).claims["username"] == "demo"
+        assert (await claims_of(verifier, TOKEN))["username"] == "demo"
     finally:
         await users.aclose()
 
@@ -195,7 +208,7 @@ async def test_the_verifier_names_users_and_refuses_unknown_and_revoked_tokens(e
 async def test_a_checked_token_is_trusted_for_the_cache_time_then_asked_again(emulator):
     users, verifier = await _verified(emulator, auth_cache_s=60)
     try:
-        assert (await verifier.verify_token(ALICE_TOKEN)).claims["username"] == "alice"
+        assert (await claims_of(verifier, ALICE_TOKEN))["username"] == "alice"
         asked = users.services(ALICE_TOKEN).meter.total
         await verifier.verify_token(ALICE_TOKEN)
         assert users.services(ALICE_TOKEN).meter.total == asked  # within the cache time: Coder is not asked

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.support import CheckedTransport, TasksClient, Tools, fleet_settings
+from tests.support import CheckedTransport, Tools, fleet_settings
+from tests.tasks_client import TasksClient
+
+if TYPE_CHECKING:
+    from fastmcp import FastMCP
 
 PER_POLL = {"per_request": 0.5}
 
@@ -125,7 +129,7 @@ async def test_another_server_answers_the_id_and_another_user_cannot(served, emu
                                                  allow_claimed=True)
     task_id = created.task_id
 
-    def another(**settings):
+    def another(**settings: str) -> FastMCP:
         return build_server(fleet_settings(**settings),
                             transport=CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
 

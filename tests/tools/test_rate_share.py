@@ -52,7 +52,7 @@ async def test_a_burst_of_waits_stays_within_the_users_rate_share(emulator):
 
 async def test_background_looks_stay_within_the_users_rate_share(emulator):
     """tasks/get polled hard: past the user's share, looks answer from the listing last fetched."""
-    from tests.support import TasksClient
+    from tests.tasks_client import TasksClient
 
     counted = Counted(emulator.app)
     settings = fleet_settings(rate_share=BUDGET / 512, wait_poll_interval_s=0.01)
