@@ -26,6 +26,9 @@ from fleet_mcp.emulator import Emulator
 from tests.conformance import Conformance
 
 if TYPE_CHECKING:  # mcp's types cost half a second to import: only the tests that use them pay it
+    from fastmcp import Client
+    from fastmcp.client.progress import ProgressHandler
+    from fastmcp.client.transports import StreamableHttpTransport
     from mcp_types import ContentBlock
 
     from fleet_mcp.settings import Settings
@@ -52,7 +55,7 @@ def count_spawns() -> None:
         return
 
     @functools.wraps(original)
-    def counted(self, *args, **kwargs) -> None:
+    def counted(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:  # Popen's own arguments
         SPAWNS.count += 1
         original(self, *args, **kwargs)
 
@@ -71,7 +74,7 @@ def check_each_schema_once() -> None:
         return
     valid: set[str] = set()
 
-    def check_schema(cls, schema, *args, **kwargs) -> None:
+    def check_schema(cls: object, schema: object, *args: Any, **kwargs: Any) -> None:  # jsonschema's own
         key = json.dumps(schema, sort_keys=True, default=repr)
         if key not in valid:
             check(schema, *args, **kwargs)
@@ -113,14 +116,15 @@ def client_for(emulator: Emulator, conformance: Conformance, token: str | None =
                              headers=headers, event_hooks={"response": [conformance.hook]})
 
 
-async def template_named(coder: httpx.AsyncClient, name: str) -> dict:
+async def template_named(coder: httpx.AsyncClient, name: str) -> dict[str, Any]:
     r = await coder.get("/api/v2/organizations/coder/templates/" + name)
     assert r.status_code == 200, r.text
-    return r.json()
+    template: dict[str, Any] = r.json()
+    return template
 
 
 async def create_workspace(coder: httpx.AsyncClient, name: str, template: str = "fleet-demo",
-                           params: dict[str, str] | None = None, **extra) -> httpx.Response:
+                           params: dict[str, str] | None = None, **extra: object) -> httpx.Response:
     t = await template_named(coder, template)
     body = {"name": name, "template_id": t["id"],
             "rich_parameter_values": [{"name": k, "value": v} for k, v in (params or {}).items()], **extra}
@@ -137,15 +141,16 @@ async def runner_agent(coder: httpx.AsyncClient, emulator: Emulator, name: str) 
                                   params={"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Work."})
     assert made.status_code == 201, made.text
     emulator.advance(30)
-    return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+    token: str = (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+    return token
 
 
-def asgi_request(method: str, path: str, body: dict | None = None, query: str = "",
-                 path_params: dict | None = None) -> Request:
+def asgi_request(method: str, path: str, body: dict[str, Any] | None = None, query: str = "",
+                 path_params: dict[str, str] | None = None) -> Request:
     """A Starlette request as a route handler is given it, for calling one handler alone (no app, no server)."""
     raw = json.dumps(body).encode() if body is not None else b""
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": raw, "more_body": False}
 
     scope = {"type": "http", "method": method, "path": path, "query_string": query.encode(),
@@ -163,7 +168,7 @@ def first_text(content: Sequence[ContentBlock]) -> str:
     return block.text
 
 
-def dumps(value) -> str:
+def dumps(value: object) -> str:
     return json.dumps(value, indent=1)[:2000]
 
 
@@ -182,16 +187,19 @@ def fleet_settings(**overrides: Any) -> Settings:
 class Tools:
     """Calls the fleet's tools through a real MCP client; answers structured content or the error envelope."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: Client[Any]) -> None:
         self.client = client
 
-    async def __call__(self, tool: str, progress=None, **arguments):
+    async def __call__(self, tool: str, *, progress: ProgressHandler | None = None,
+                       **arguments: Any) -> dict[str, Any]:
         result = await self.client.call_tool(tool, arguments, raise_on_error=False, progress_handler=progress)
         if result.is_error:
-            return json.loads(first_text(result.content))
+            envelope: dict[str, Any] = json.loads(first_text(result.content))
+            return envelope
+        assert result.structured_content is not None, result  # every tool has an output schema
         return result.structured_content
 
-    async def error(self, tool: str, **arguments) -> dict:
+    async def error(self, tool: str, **arguments: Any) -> dict[str, Any]:
         answer = await self(tool, **arguments)
         assert set(answer) == {"error", "message", "details"}, answer
         return answer
@@ -211,7 +219,7 @@ class CheckedTransport(httpx.AsyncBaseTransport):
         return response
 
 
-def http_tools(url: str, token: str):
+def http_tools(url: str, token: str) -> Client[StreamableHttpTransport]:
     """A fastmcp client of an HTTP server sending `Authorization: Bearer <token>` (use `async with`)."""
     from fastmcp import Client
     from fastmcp.client.transports import StreamableHttpTransport

@@ -343,14 +343,14 @@ async def rolling_restart(base: str, victim) -> tuple[list, list, int, float]:
     started = [asyncio.Event() for _ in range(WAITERS)]
 
     async def waiter(n: int) -> tuple[object, object]:
-        async def progress(done: float, total: float | None, message: str | None) -> None:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             started[n].set()
 
         async with http_tools(base + "/mcp", TOKEN) as client:
             tools = Tools(client)
-            arguments = {"agent_names": ["busy"], "until": ["idle"], "timeout_s": 4}
+            arguments: dict[str, Any] = {"agent_names": ["busy"], "until": ["idle"], "timeout_s": 4}
             try:
-                first = await tools("wait_for_agents", progress=progress, **arguments)
+                first = await tools("wait_for_agents", progress=on_progress, **arguments)
             except Exception as exc:  # noqa: BLE001 - a transport error is the finding this test looks for
                 return exc, exc
             if first.get("error") != "unavailable":

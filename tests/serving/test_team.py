@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
+from tests.processes import (
+    INIT,
+    MCP_HEADERS,
+    SERVER,
+    WAIT_S,
+    Running,
+    clean_env,
+    emulator_process,
+    per_user_server,
+    refusal,
+)
 from tests.support import ALICE_TOKEN, TOKEN, Tools, http_tools
 
 if TYPE_CHECKING:
@@ -37,13 +49,19 @@ def coder():
         yield emulated
 
 
+@dataclass
+class Team(Running):
+    """The per-user server and its audit log (FLEET_MCP_AUDIT_LOG)."""
+
+    audit: Path
+
+
 @pytest.fixture(scope="module")
 def server(coder, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("team")
     with per_user_server(tmp, coder.url, FLEET_MCP_AUDIT_LOG=str(tmp / "audit.jsonl"),
                          FLEET_MCP_WAIT_POLL_INTERVAL_S="0.2", FLEET_MCP_PROGRESS_INTERVAL_S="0.2") as running:
-        running.audit = tmp / "audit.jsonl"
-        yield running
+        yield Team(**vars(running), audit=tmp / "audit.jsonl")
 
 
 async def test_each_user_sees_and_touches_only_their_own_fleet(server):
@@ -150,7 +168,7 @@ async def test_progress_reaches_the_client_over_stateless_http(server):
 
     async with http_tools(server.url, ALICE_TOKEN) as client:
         tools = Tools(client)
-        answer = await tools("wait_for_agents", progress, agent_names=["alice-agent"], until="stopped", timeout_s=1.5)
+        answer = await tools("wait_for_agents", progress=progress, agent_names=["alice-agent"], until="stopped", timeout_s=1.5)
     assert answer["timed_out"] is True and answer["agents"][0]["name"] == "alice-agent", answer
     assert said and all((done, total) == (0, 1) for done, total, _ in said) and "waiting" in (said[0][2] or "")
 
