@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from fastmcp.client.transports import FastMCPTransport
 
+from fleet_mcp.emulator import Emulator
 from tests.support import CheckedTransport, Tools, fleet_settings
 from tests.tasks_client import TasksClient
 
@@ -33,13 +35,13 @@ async def served(emulator, conformance):
     server = build_server(fleet_settings(), transport=CheckedTransport(httpx.ASGITransport(app=emulator.app),
                                                                        conformance))
 
-    def connect(tasks: TasksClient | None = None):
+    def connect(tasks: TasksClient | None = None) -> Client[FastMCPTransport]:
         return Client(server, extensions=[tasks.extension()] if tasks else None)
 
     return connect
 
 
-async def make(tools, emulator, coder, *agents: tuple[str, str]) -> None:
+async def make(tools: Tools, emulator: Emulator, coder: httpx.AsyncClient, *agents: tuple[str, str]) -> None:
     for name, spec in agents:
         await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(5)

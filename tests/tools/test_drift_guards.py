@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from fleet_mcp.coder.schemas import Workspace
 
 SPEC = "Tidy the README."
 
 
-async def slim(coder, on: bool = True) -> None:
+async def slim(coder: httpx.AsyncClient, on: bool = True) -> None:
     r = await coder.post("/emulator/answers", json={"app_statuses": not on})
     assert r.json() == {"app_statuses": not on}
 

@@ -8,13 +8,14 @@ import httpx
 from fastmcp import Client
 from fastmcp.client.transports import FastMCPTransport
 
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
 from tests.support import CheckedTransport, Tools, fleet_settings
 
 SPEC = "Tidy the docs [[finish:1]]"
 
 
-async def make(tools, emulator, *names: str, settle: float = 60) -> None:
+async def make(tools: Tools, emulator: Emulator, *names: str, settle: float = 60) -> None:
     for name in names:
         await tools("create_agent", name=name, project="fleet-demo", spec=SPEC)
     emulator.advance(settle)
