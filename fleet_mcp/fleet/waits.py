@@ -20,7 +20,7 @@ from ..models import AgentGlance, AgentGlances, Condition, WaitedAgent, WaitResu
 from ..times import iso
 from .agents import Fleet
 from .answers import prompt, with_screen_prompt
-from .asks import confirmed_all
+from .asks import confirmed_all, marked, read_idle
 from .background import Watch, offered
 from .rate import Meter
 from .reads import own_problem, prefetch
@@ -143,10 +143,12 @@ class Waits:
                     deadline: float | None) -> tuple[list[WaitedAgent], list[str], bool]:
         by_name = {ws.name.lower(): ws for ws in page.workspaces}
         agents = await self._confirmed([self._waited(n, by_name.get(n.lower()), wanted) for n in names], by_name,
-                                       wanted, deadline)
-        met = [a.name for a in agents if a.met]
-        gone = [a.name for a in agents if a.status == "deleted"]
-        return agents, met, bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
+                                       wanted, "needs_input", deadline)
+        met, done = _tally(agents, mode)
+        if done:  # about to answer: an agent read idle from Coder is idle only if its runner says so (asks.py)
+            agents = await self._confirmed(agents, by_name, wanted, "idle", deadline)
+            met, done = _tally(agents, mode)
+        return agents, met, done
 
     async def _pause(self, seconds: float, waited: float) -> None:
         """Sleep between polls; a server stopping (a restart, a redeploy) cuts the wait with `unavailable` at
@@ -160,13 +162,14 @@ class Waits:
                           "restarted, answers it.", retry_after_s=1, waited_s=round(waited, 2))
 
     async def _confirmed(self, agents: list[WaitedAgent], by_name: dict[str, Workspace], until: set[Condition],
-                         deadline: float | None) -> list[WaitedAgent]:
-        """A runner's prompt, and whether one waits at all, as its runner says: never the listing's mark alone,
-        which the agent can post itself (asks.py)."""
+                         read: str, deadline: float | None) -> list[WaitedAgent]:
+        """The runner agents read `read` from the listing, as their runners say: a prompt, and whether one waits
+        at all, never from the listing's mark alone, which the agent can post itself; idle never from statuses
+        that have not caught up with a task the runner took (asks.py)."""
         found = [(i, Snapshot.of(ws, self.fleet.slugs)) for i, a in enumerate(agents)
-                 if a.status == "needs_input" and (ws := by_name.get(a.name.lower())) is not None]
+                 if a.status == read and (a.met or read != "idle") and (ws := by_name.get(a.name.lower())) is not None]
         statuses = await confirmed_all(self.fleet, [(snap, list_status(snap)) for _, snap in found],
-                                       deadline=deadline)
+                                       deadline=deadline, which=marked if read == "needs_input" else read_idle)
         for (i, snap), status in zip(found, statuses, strict=True):
             agents[i] = self._of(snap.workspace, status, until)
         return agents
@@ -270,6 +273,13 @@ class Waits:
             return None, None, await driver.conversation(deadline=deadline)
         except Unreachable as exc:
             return None, str(exc), None
+
+
+def _tally(agents: list[WaitedAgent], mode: str) -> tuple[list[str], bool]:
+    """The agents met, and whether the wait is over: any met, or all met or gone."""
+    met = [a.name for a in agents if a.met]
+    gone = [a.name for a in agents if a.status == "deleted"]
+    return met, bool(met) if mode == "any" else len(met) + len(gone) == len(agents)
 
 
 def _waiting(met: list[str], agents: list[WaitedAgent], until: Sequence[str], waited: float, timeout_s: float) -> str:
