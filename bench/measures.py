@@ -133,15 +133,17 @@ class Bench:
             idle_free.append(wall - stats["busy_ms"] / 1e3)
         out["tool_overhead_at_0_ms"] = ms(med(idle_free[3:]))
 
-        # Dependent round trips: at a latency far above the fleet's own time, wall / latency rounds to them.
+        # Dependent round trips: at a latency far above the fleet's own time, the time Coder held the call's
+        # requests (busy: concurrent ones count once) / latency rounds to them, however busy the machine (the
+        # wall time would count the fleet's own time too, which load stretches).
         rt_latency = self.args.round_trip_latency_ms
         self.coder.replay(rt_latency)
-        walls = []
+        held = []
         for i in range(runs):
-            wall, stats, _ = await self.timed(session, "show_agent", agent_name=names[i])
+            _, stats, _ = await self.timed(session, "show_agent", agent_name=names[i])
             self.misses(stats)
-            walls.append(wall)
-        out["show_agent_round_trips"] = round(med(walls) * 1e3 / rt_latency)
+            held.append(stats["busy_ms"])
+        out["show_agent_round_trips"] = round(med(held) / rt_latency)
         return out
 
     async def create_agent(self, session: ClientSession, runs: int) -> dict:

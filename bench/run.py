@@ -25,7 +25,8 @@ the emulator. Figures (targets in TARGETS):
   tool_overhead_ratio: tool_overhead_ms over its floor's, floors.bare_requests (bench/overhead.py's server
   asking show_agent's requests, measured the same way); show_agent_cpu_ms: the server's CPU per call.
 - show_agent_latencies (wall / latency), show_agent_requests, show_agent_round_trips (dependent
-  round trips: wall / --round-trip-latency-ms, rounded), create_agent_requests (warm caches), and
+  round trips: the time the stand-in held the call's requests / --round-trip-latency-ms, rounded, which
+  the machine's load does not stretch as it does the wall time), create_agent_requests (warm caches), and
   the requests each made (show_agent_routes, create_agent_routes).
 - server_cpu_ms_per_call over streamable HTTP: the fleet's list_agents (10 agents), its floor
   (bare_listing: bench/http_cpu.py's server asking the same listing) and the bare server's echo, from
