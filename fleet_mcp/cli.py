@@ -204,6 +204,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"fleet-mcp: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("fleet_mcp").info("serving the fleet of %s%s", who, " (emulator)" if args.emulator else "")
+    from .deadlines import longest_call
     from .server import build_server
     from .serving.run import serve_http, serve_stdio
 
@@ -219,7 +220,8 @@ def _serve(args: argparse.Namespace) -> int:
         if sock is not None:
             asyncio.run(serve_http(server, settings, args.host, sock, fd_limit=fd_limit, stopping=stopping))
         else:
-            asyncio.run(serve_stdio(server, log_level=settings.log_level, stopping=stopping))
+            asyncio.run(serve_stdio(server, log_level=settings.log_level, stopping=stopping,
+                                    patient_grace=longest_call(settings)))
     finally:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it

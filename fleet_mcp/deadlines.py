@@ -12,7 +12,7 @@ from typing import Any
 
 from .settings import Settings
 
-__all__ = ["Deadline", "build", "cancel", "create", "deadline_of_a_read", "send", "sooner", "wait"]
+__all__ = ["Deadline", "build", "cancel", "create", "deadline_of_a_read", "longest_call", "send", "sooner", "wait"]
 
 Deadline = Callable[[Settings, dict[str, Any]], float]
 MARGIN_S = 5.0
@@ -53,3 +53,9 @@ def wait(s: Settings, arguments: dict[str, Any]) -> float:
     """The caller's own timeout, and one last listing."""
     timeout = arguments.get("timeout_s")
     return (float(timeout) if isinstance(timeout, int | float) else 120.0) + s.request_timeout_s + MARGIN_S
+
+
+def longest_call(s: Settings) -> float:
+    """The longest deadline of a call that a stop does not cut short (a wait answers at once when the server
+    stops): how long a stdio server whose client closed stdin lets the calls in flight finish."""
+    return max(deadline(s, {}) for deadline in (deadline_of_a_read, create, build, send, cancel))

@@ -7,8 +7,9 @@ signal stops waiting for the calls in flight.
 
 - stdio: FastMCP's runner serves pipes of ours (`stdio.StdioGate`). After the
   signal, or once the client closes stdin, no new line is handed to the server;
-  once every request handed on has been answered (or the grace is over) the
-  server sees the end of its input and leaves as usual.
+  once every request handed on has been answered (or the grace is over: once
+  stdin closed, the calls' own deadlines) the server sees the end of its input
+  and leaves as usual.
 - HTTP: uvicorn, with its own signal handling made to drain first: the socket
   stops listening at once (new connections are refused, so a balancer sends
   them to another replica), GET streams (which only wait for server messages)
@@ -60,15 +61,16 @@ def _ignore_late_signals() -> None:
 
 
 async def serve_stdio(server: FastMCP, grace: float = GRACE_S, log_level: str | None = None,
-                      stopping: asyncio.Event | None = None) -> None:
+                      stopping: asyncio.Event | None = None, patient_grace: float | None = None) -> None:
     """Serve MCP on stdin/stdout (FastMCP's own runner) until stdin ends or a signal stops it, gracefully;
-    `stopping` is set as the stop begins."""
+    `stopping` is set as the stop begins. Once stdin ends, the calls in flight get `patient_grace` (their
+    longest deadline: `deadlines.longest_call`), a signal `grace`."""
     from .stdio import StdioGate
 
     loop = asyncio.get_running_loop()
     gate = StdioGate(loop, stopping)
     with _on_signals(loop, lambda sig: gate.stop(f"{signal.Signals(sig).name} received")), gate.installed():
-        ender = asyncio.create_task(gate.end_input_when_drained(grace))
+        ender = asyncio.create_task(gate.end_input_when_drained(grace, patient_grace))
         try:
             await server.run_async(transport="stdio", show_banner=False, log_level=log_level)
         finally:

@@ -5,8 +5,11 @@ points those at two pipes of ours and copies between them and the real
 descriptors in two threads, so that:
 
 - a stop (a signal, or the client closing stdin) hands no new line on, waits
-  until every request handed on has been answered (for up to the grace), and
-  only then ends the server's input — the runner then leaves its lifespan;
+  until every request handed on has been answered (for up to the grace: a
+  signal's, or, once the client closed stdin, the calls' own deadlines, since
+  a script's `printf … | fleet-mcp` still reads the answers however slow the
+  machine), and only then ends the server's input — the runner then leaves its
+  lifespan;
 - a line that cannot be read (not JSON, not UTF-8, nested deeper than the
   server's reader goes, or a string holding a lone UTF-16 surrogate such as
   `"\ud800"`, which Python's `json` takes and the server's reader does not) is
@@ -113,6 +116,8 @@ class StdioGate:
         self.changed = asyncio.Event()
         self.stopping = stopping if stopping is not None else asyncio.Event()
         self.hurry = False
+        self.patient = False  # stopping because stdin closed: the calls in flight run to their own deadlines
+        self.began = 0.0  # loop time the current grace began
         self._forwarding = True
         self._lock = threading.Lock()  # pending, forwarding and the server's input pipe
         self._out_lock = threading.Lock()  # one whole line at a time on the real stdout
@@ -151,7 +156,7 @@ class StdioGate:
                 self._take(line)
         self._take(rest)
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self.stop, "stdin closed")
+            self.loop.call_soon_threadsafe(self.stop, "stdin closed", True)
 
     def _take(self, line: bytes) -> None:
         if not line.strip():
@@ -218,26 +223,33 @@ class StdioGate:
 
     # --- the event loop's side ------------------------------------------------------
 
-    def stop(self, why: str) -> None:
-        """Begin a graceful stop (a second call: stop waiting for the calls in flight)."""
-        if self.stopping.is_set():
-            self.hurry = True
-        else:
+    def stop(self, why: str, patient: bool = False) -> None:
+        """Begin a graceful stop; `patient` when stdin closed. A signal after stdin closed: the signal's grace
+        from now; after a signal: stop waiting for the calls in flight."""
+        if not self.stopping.is_set():
             log.info("%s: finishing the requests in flight, then stopping", why)
+            self.patient, self.began = patient, self.loop.time()
             self.stopping.set()
+        elif self.patient and not patient:
+            log.info("%s: the requests in flight get the signal's grace", why)
+            self.patient, self.began = False, self.loop.time()
+        elif not patient:
+            self.hurry = True
         self.changed.set()
 
-    async def end_input_when_drained(self, grace: float) -> None:
-        """Once stopping: wait for the requests handed on (up to `grace`), then end the server's input."""
+    async def end_input_when_drained(self, grace: float, patient_grace: float | None = None) -> None:
+        """Once stopping: wait for the requests handed on (up to `grace`, or `patient_grace` while stopping
+        because stdin closed), then end the server's input."""
         await self.stopping.wait()
-        deadline = self.loop.time() + grace
+        patient_grace = grace if patient_grace is None else patient_grace
         with self._lock:
             self._forwarding = False
         if self.pending:
-            log.info("shutting down: waiting for %d request(s) in flight (up to %.0f s)", len(self.pending), grace)
+            log.info("shutting down: waiting for %d request(s) in flight (up to %.0f s)", len(self.pending),
+                     patient_grace if self.patient else grace)
         while self.pending and not self.hurry:
             self.changed.clear()
-            left = deadline - self.loop.time()
+            left = self.began + (patient_grace if self.patient else grace) - self.loop.time()
             if left <= 0:
                 break
             with contextlib.suppress(TimeoutError):

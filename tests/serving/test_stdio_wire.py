@@ -8,9 +8,11 @@ import signal
 import subprocess
 import time
 
+import httpx
 import pytest
 
-from tests.processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped, pipes
+from fleet_mcp.serving.run import GRACE_S
+from tests.processes import MODERN, SERVER, WAIT_S, clean_env, emulator_process, modern_call, piped, pipes
 
 pytestmark = pytest.mark.system
 
@@ -30,6 +32,21 @@ def test_piped_create_agent_is_created_and_answered_before_exit():
     assert answer["result"]["structuredContent"]["agent"]["name"] == "piped"
     assert "waiting for 1 request(s) in flight" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_script_gets_its_answer_however_long_the_call_takes_after_stdin_closed():
+    """`printf … | fleet-mcp`: stdin ends at once, and the call still answers when it takes longer than a
+    signal's grace (Coder slow here; on a busy machine, any call: issue 32 item 9); its own deadline bounds it."""
+    with emulator_process() as emulated:
+        held = {"match": "GET /api/v2/workspaces", "kind": "latency", "seconds": GRACE_S + 3}
+        assert httpx.post(f"{emulated.url}/emulator/faults", json=held).status_code == 201
+        done = subprocess.run(SERVER, input=modern_call(1, "list_agents", {}) + "\n", capture_output=True, text=True,
+                              timeout=WAIT_S, check=False,
+                              env=clean_env(CODER_URL=emulated.url, CODER_SESSION_TOKEN=emulated.token))
+    assert done.returncode == 0, done.stderr
+    [answer] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["id"] == 1 and not answer["result"]["isError"], answer
+    assert "still running are cancelled" not in done.stderr
 
 
 def test_piped_legacy_handshake_then_call():
