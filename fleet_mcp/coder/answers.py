@@ -108,13 +108,13 @@ def _validated(where: str, model: Any, content: bytes) -> Any:
     try:  # 1,000 real-sized workspaces: 160-190 -> 100-130 ms CPU with the collector paused (bench/RESULTS.md)
         with collection_paused(until_yield=len(content) > BIG_ANSWER):
             return decoder.decode(content) if decoder is not None else _adapter(model).validate_json(content)
-    except (msgspec.DecodeError, RecursionError) as exc:  # not JSON, or nested deeper than msgspec goes
-        raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
     except msgspec.ValidationError as exc:  # "Expected `int`, got `str` - at `$.workspaces[0].name`"
         said, _, loc = str(exc).partition(" - at ")
         loc = loc.strip("`").removeprefix("$").lstrip(".")
         raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {said}" if loc else
                           f"Unexpected answer to {where}: {said}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:  # not JSON, or nested deeper than msgspec goes
+        raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
     except pydantic.ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":

@@ -132,6 +132,9 @@ class TemplateVersion(LenientStruct, frozen=True, kw_only=True):
     created_at: Timestamp = None
     updated_at: Timestamp = None
 
+    def __post_init__(self) -> None:
+        lenient_fields(self)
+
 
 class ParameterOption(LenientModel):
     name: Text = ""

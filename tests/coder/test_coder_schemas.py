@@ -516,3 +516,66 @@ def test_an_answer_is_read_without_copying_its_body() -> None:
     assert parsed("DELETE /api/v2/workspaces/x", response, b" \r\n", None) is None
     with pytest.raises(Unavailable, match="Unexpected answer"):
         parsed("GET /api/v2/buildinfo", response, b"\n", BuildInfo)
+
+
+# --- the workspace structs (msgspec) ----------------------------------------------------------------
+
+LISTING = "GET /api/v2/workspaces"
+
+
+def _listing(**workspace: Any) -> bytes:
+    build = {"id": "b", "status": "running", "resources": [{"type": "docker_volume"}, {"agents": [
+        {"id": "a", "name": "main", "apps": None, "last_connected_at": None, "surplus": {"x": [1, 2]}}]}],
+        "created_at": "2026-01-05T10:00:00.123456789+01:00", "updated_at": "0001-01-01T00:00:00Z"}
+    ws = {"id": "w", "name": "w", "latest_build": build, "unknown": [{"deep": {}}], **workspace}
+    return json.dumps({"workspaces": [ws], "count": 1}).encode()
+
+
+def test_a_listing_reads_as_leniently_as_the_pydantic_models_did() -> None:
+    """Unknown fields ignored, missing ones defaulted, null slices [], zero time None, a time without offset
+    UTC, a status's message unescaped, app statuses newest first; through the client's own decoding."""
+    response = httpx.Response(200, headers={"content-type": "application/json"})
+    status = {"id": "s", "state": "idle", "message": "Done &amp; dusted", "created_at": "2026-01-05T09:00:09"}
+    page = read(LISTING, response, _listing(latest_app_status=status), WorkspacesPage)
+    ws = page.workspaces[0]
+    build, agent = ws.latest_build, ws.latest_build.agents[0]
+    assert (ws.owner_name, ws.created_at, build.build_number, build.job.error) == ("", None, 0, "")
+    assert agent.apps == [] and agent.last_connected_at is None and build.updated_at is None
+    assert build.created_at == datetime(2026, 1, 5, 9, 0, 0, 123457, timezone.utc)  # rounded to microseconds
+    assert ws.latest_app_status is not None and ws.latest_app_status.message == "Done & dusted"
+    assert ws.latest_app_status.created_at == datetime(2026, 1, 5, 9, 0, 9, tzinfo=timezone.utc)
+    assert ws.sends_app_statuses
+    apps = [{"id": "p", "slug": "ccw", "statuses": [
+        {"state": "working", "created_at": "2026-01-05T09:00:01Z"}, {"state": "idle", "created_at": None},
+        {"state": "complete", "created_at": "2026-01-05T10:00:02+01:00"}]}]
+    body = _listing().replace(b'"apps": null', json.dumps(apps).encode()[1:-1].join([b'"apps": [', b"]"]))
+    app = read(LISTING, response, body, WorkspacesPage).workspaces[0].latest_build.agents[0].apps[0]
+    assert [s.state for s in app.statuses] == ["complete", "working", "idle"]
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (_listing(latest_build={"id": "b", "build_number": "2"}),
+     "Unexpected answer to GET /api/v2/workspaces: workspaces[0].latest_build.build_number: Expected `int`, got `str`"),
+    (_listing()[:-20], "Unreadable JSON from GET /api/v2/workspaces"),
+    (b'{"workspaces": [{"id": "w", "name": "w", "unknown": ' + b"[" * 100_000 + b"]" * 100_000
+     + b', "latest_build": {"id": "b"}}]}', "Unreadable JSON from GET /api/v2/workspaces"),
+])
+def test_a_listing_that_is_not_one_is_unavailable(body: bytes, said: str) -> None:
+    """A wrong type, a cut body, nesting past the decoder: Coder's answer is unreadable (the error envelope
+    names where), never an exception of the decoding library."""
+    with pytest.raises(E.Unavailable) as exc:
+        read(LISTING, httpx.Response(200, headers={"content-type": "application/json"}), body, WorkspacesPage)
+    assert exc.value.message.startswith(said), exc.value.message
+
+
+def test_every_struct_with_lenient_fields_reads_them() -> None:
+    """A struct whose `ListOf`, `Timestamp` or `Unescaped` fields were left as decoded would read null as
+    None, not []: each of them calls `lenient_fields` after decoding."""
+    import fleet_mcp.coder.schemas as schemas
+    from fleet_mcp.coder.lenient import LenientStruct, _plan
+
+    structs = [v for v in vars(schemas).values() if isinstance(v, type) and issubclass(v, LenientStruct)]
+    assert len(structs) >= 8
+    for struct in structs:
+        if any(_plan(struct)):
+            assert "__post_init__" in vars(struct), struct
