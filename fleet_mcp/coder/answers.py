@@ -133,7 +133,7 @@ def _decoder(model: Any) -> msgspec.json.Decoder[Any] | None:
     """msgspec's decoder of `model` when it is a msgspec struct or a list of them, else None (pydantic's)."""
     item = (get_args(model) or (None,))[0] if isinstance(model, type(list[int])) else model
     if isinstance(item, type) and issubclass(item, msgspec.Struct):
-        return msgspec.json.Decoder(model)
+        return msgspec.json.Decoder(model, strict=False)  # "2" reads as 2, as pydantic's lax mode has it
     return None
 
 
