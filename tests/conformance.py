@@ -47,7 +47,7 @@ class Conformance:
             return ("agentapi", self.agentapi) if slug == "ccw" else ("app", None)
         return "coder", self.coder
 
-    def check(self, method: str, path: str, status: int, body) -> None:
+    def check(self, method: str, path: str, status: int, body: object) -> None:
         kind, validator = self.validator_for(path)
         if validator is None:
             return

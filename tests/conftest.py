@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -24,6 +25,9 @@ from tests.support import (
     fleet_settings,
     subdomain_apps_only,
 )
+
+if TYPE_CHECKING:
+    from xdist.workermanage import WorkerController
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -50,12 +54,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
+def pytest_testnodedown(node: WorkerController, error: object) -> None:
     """xdist's controller adds up what each worker validated."""
     node.config.stash[Conformance.KEY].checked.update(node.workeroutput.get("conformance", {}))
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
     conformance: Conformance = config.stash[Conformance.KEY]
     terminalreporter.write_line(conformance.summary())
 
@@ -69,7 +74,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """Keeps `-m "not system"` (the quick loop) honest: a test that starts a process is marked `system`."""
     result = yield
     if SPAWNS.count > item.stash.get(SPAWNED_BEFORE, SPAWNS.count) and item.get_closest_marker("system") is None:

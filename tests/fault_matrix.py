@@ -100,11 +100,11 @@ class Fault:
     profile: str = "main"
 
 
-def rule(match: str, kind: str, **params) -> dict:
+def rule(match: str, kind: str, **params: object) -> dict:
     return {"match": match, "kind": kind, **params}
 
 
-def status(match: str, code: int, count: int | None = None, **params) -> dict:
+def status(match: str, code: int, count: int | None = None, **params: object) -> dict:
     return rule(match, "status", code=code, **({"count": count} if count else {}), **params)
 
 

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from mcp import ClientSession
@@ -45,7 +46,7 @@ class Client:
     problems: list[str] = field(default_factory=list)
     tasks_sent: int = 0
 
-    async def call(self, tool: str, allowed: tuple[str, ...] = (), **arguments) -> dict | None:
+    async def call(self, tool: str, allowed: tuple[str, ...] = (), **arguments: Any) -> dict | None:
         """The structured answer, or None for an allowed envelope; anything else is a problem."""
         assert self.session is not None
         t0 = time.perf_counter()

@@ -19,10 +19,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, AnyStr
 
 import httpx
 
@@ -52,10 +52,11 @@ def free_port() -> int:
     """A loopback port nothing listens on (until someone binds it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def wait_serving(url: str, proc: subprocess.Popen, logs: Path | None = None, timeout: float = WAIT_S) -> None:
+def wait_serving(url: str, proc: subprocess.Popen[Any], logs: Path | None = None, timeout: float = WAIT_S) -> None:
     """Return once `url` gives any HTTP answer; raise if `proc` exits or `timeout` passes first."""
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=2) as client:  # one: a new httpx client costs ~50 ms of CPU (its TLS context)
@@ -71,7 +72,7 @@ def wait_serving(url: str, proc: subprocess.Popen, logs: Path | None = None, tim
                 time.sleep(0.05)
 
 
-def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = WAIT_S) -> int:
+def stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = WAIT_S) -> int:
     """Signal `proc` (if still running) and reap it, killing it when it outstays `timeout`; its exit code."""
     if proc.poll() is None:
         proc.send_signal(sig)
@@ -83,13 +84,21 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = WAI
     return proc.returncode
 
 
-def refusal(done: subprocess.CompletedProcess) -> str:
+def refusal(done: subprocess.CompletedProcess[str]) -> str:
     """The one line a process that refuses to start prints: exit code 2, nothing on stdout, one stderr line."""
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    return lines[0]
+    line: str = lines[0]
+    return line
+
+
+def pipes(proc: subprocess.Popen[AnyStr]) -> tuple[IO[AnyStr], IO[AnyStr]]:
+    """The stdin and stdout of `proc`, which was started with both piped."""
+    if proc.stdin is None or proc.stdout is None:
+        raise ValueError(f"{proc.args!r} was started without stdin and stdout piped")
+    return proc.stdin, proc.stdout
 
 
 class Lines:
@@ -107,6 +116,12 @@ class Lines:
     def next(self, timeout: float = WAIT_S) -> str | None:
         """The next line, None at the end; queue.Empty after `timeout` seconds without one."""
         return self.lines.get(timeout=timeout)
+
+    def line(self, timeout: float = WAIT_S) -> str:
+        """The next line; RuntimeError if the stream has ended, queue.Empty after `timeout` seconds."""
+        if (line := self.next(timeout)) is None:
+            raise RuntimeError("the stream ended")
+        return line
 
     def rest(self, timeout: float = WAIT_S) -> list[str]:
         out = []
@@ -130,7 +145,7 @@ class Lines:
 class Emulated:
     """A `fleet-mcp emulator` process: its CODER_URL and CODER_SESSION_TOKEN."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[str]
     url: str
     token: str
 
@@ -152,7 +167,7 @@ def emulator_process(*args: str, stderr: IO[str] | int = subprocess.DEVNULL) -> 
 
 @dataclass
 class Running:
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     url: str  # http://127.0.0.1:<port>/mcp
     port: int
     stderr: Path
@@ -198,7 +213,8 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, h
         stop(proc)
 
 
-def per_user_server(tmp_path: Path, coder_url: str, *args: str, port: int | None = None, **settings: str):
+def per_user_server(tmp_path: Path, coder_url: str, *args: str, port: int | None = None,
+                    **settings: str) -> AbstractContextManager[Running]:
     """`fleet-mcp --transport http` in per-user mode (FLEET_MCP_AUTH=coder) against `coder_url`, no server token,
     its audit log at tmp_path/audit-<port>.jsonl unless `settings` names one (FLEET_MCP_AUDIT_LOG)."""
     env = clean_env(CODER_URL=coder_url, FLEET_MCP_AUTH="coder", **settings)
@@ -248,7 +264,7 @@ def nginx_process(tmp_path: Path, site: str, upstreams: list[int]) -> Iterator[s
         stop(proc, signal.SIGQUIT)  # nginx's graceful stop
 
 
-def audit_lines(path: Path) -> list[dict]:
+def audit_lines(path: Path) -> list[dict[str, Any]]:
     """The records of a server's audit log (FLEET_MCP_AUDIT_LOG), none if it has none."""
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -309,7 +325,7 @@ MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcont
           "io.modelcontextprotocol/clientInfo": {"name": "script", "version": "0"}}
 
 
-def modern_call(request_id: object, tool: str, arguments: dict) -> str:
+def modern_call(request_id: object, tool: str, arguments: dict[str, Any]) -> str:
     """One `tools/call` line of the sessionless 2026-07-28 era: no handshake needed."""
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
                        "params": {"name": tool, "arguments": arguments, "_meta": MODERN}})

@@ -12,12 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -26,10 +26,14 @@ from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.runners.runtime import first_line
 from fleet_mcp.runner.store import Saved
+from tests.conformance import Conformance
 from tests.processes import clean_env
 from tests.support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 if TYPE_CHECKING:
+    from mcp.client.extension import ClientExtension
+    from starlette.types import ASGIApp
+
     from fleet_mcp.emulator import Emulator
 
 __all__ = ["HAS_SDK", "RUNNER_KEY", "WAIT_S", "RunningRunner", "ScriptedAPI", "SharedFleet", "all_met", "disk",
@@ -53,8 +57,9 @@ def runner_emulator(anthropic_base_url: str | None = None) -> Emulator:
 
 
 @asynccontextmanager
-async def runner_fleet(conformance, app_mode: str = "path", anthropic_base_url: str | None = None,
-                       extensions=None, **settings) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
+async def runner_fleet(conformance: Conformance, app_mode: str = "path", anthropic_base_url: str | None = None,
+                       extensions: Sequence[ClientExtension] | None = None,
+                       **settings: Any) -> AsyncIterator[tuple[Tools, httpx.AsyncClient]]:
     """The fleet's tools over a real-time emulator whose fleet templates run agents on the runner (talking to
     `anthropic_base_url`, else the emulator's own scripted model); with `app_mode="subdomain"` the emulator
     refuses path apps, and the fleet reaches the runners' app hosts (which no DNS knows) through
@@ -88,7 +93,8 @@ class SharedFleet:
         await self.coder.delete("/emulator/requests")
 
 
-def shared_runner_fleet(script: Callable[[dict], Reply] | None = None, **settings):
+def shared_runner_fleet(script: Callable[[dict[str, Any]], Reply] | None = None,
+                        **settings: Any) -> Callable[[pytest.FixtureRequest], AsyncIterator[SharedFleet]]:
     """A module fixture: one `runner_fleet` (on a scripted Messages API of `script`'s when given) for a file's
     stories, which run on the module's event loop (`pytest.mark.asyncio(loop_scope="module")`). A runner fleet
     costs a few seconds of CPU to start; each story creates agents of its own names."""
@@ -96,8 +102,6 @@ def shared_runner_fleet(script: Callable[[dict], Reply] | None = None, **setting
 
     @pytest_asyncio.fixture(scope="module", loop_scope="module")
     async def fleet(request: pytest.FixtureRequest) -> AsyncIterator[SharedFleet]:
-        from tests.conformance import Conformance
-
         conformance = request.config.stash[Conformance.KEY]
         with contextlib.ExitStack() as stack:
             model = stack.enter_context(scripted_api(script)) if script else None
@@ -108,12 +112,12 @@ def shared_runner_fleet(script: Callable[[dict], Reply] | None = None, **setting
     return fleet
 
 
-def named(agents: list[dict], name: str) -> dict:
+def named(agents: list[dict[str, Any]], name: str) -> dict[str, Any]:
     """The agent called `name` in a list (a shared fleet also lists the agents of earlier stories, going)."""
     return next(a for a in agents if a["name"] == name)
 
 
-async def all_met(tools: Tools, names: list[str], **arguments) -> dict:
+async def all_met(tools: Tools, names: list[str], **arguments: Any) -> dict[str, Any]:
     """wait_for_agents on `names`, which must all meet it (an error envelope or a timeout fails here)."""
     answer = await tools("wait_for_agents", agent_names=names, timeout_s=WAIT_S, **arguments)
     assert sorted(answer.get("met") or []) == sorted(names), answer
@@ -121,7 +125,8 @@ async def all_met(tools: Tools, names: list[str], **arguments) -> dict:
 
 
 @asynccontextmanager
-async def fleet_server(conformance, url: str, extensions=None, **settings) -> AsyncIterator[Tools]:
+async def fleet_server(conformance: Conformance, url: str, extensions: Sequence[ClientExtension] | None = None,
+                       **settings: Any) -> AsyncIterator[Tools]:
     """The fleet's tools, served by a server of its own with these settings, on the Coder at `url` (another
     replica, or another server on the same Coder)."""
     from fastmcp import Client
@@ -144,7 +149,7 @@ async def disk(coder: httpx.AsyncClient, name: str) -> Path:
 
 
 @contextmanager
-def served(app) -> Iterator[str]:
+def served(app: ASGIApp) -> Iterator[str]:
     """Serve an ASGI app on a free loopback port from its own thread and event loop; yields its base URL."""
     loop = asyncio.new_event_loop()
     url: list[str] = []
@@ -174,16 +179,17 @@ class ScriptedAPI:
     url: str
     client: httpx.Client  # one for every call: a new httpx client costs ~50 ms of CPU (its TLS context)
 
-    def requests(self) -> list[dict]:
-        return self.client.get(f"{self.url}/requests").json()["requests"]
+    def requests(self) -> list[dict[str, Any]]:
+        asked: list[dict[str, Any]] = self.client.get(f"{self.url}/requests").json()["requests"]
+        return asked
 
-    def model_requests(self) -> list[dict]:
+    def model_requests(self) -> list[dict[str, Any]]:
         """The conversation's own calls (those offering tools), oldest first."""
         return [r["body"] for r in self.requests() if r["path"] == "/v1/messages" and (r["body"] or {}).get("tools")]
 
 
 @contextmanager
-def scripted_api(script: Callable[[dict], Reply] | None = None) -> Iterator[ScriptedAPI]:
+def scripted_api(script: Callable[[dict[str, Any]], Reply] | None = None) -> Iterator[ScriptedAPI]:
     """The scripted Messages API on a socket; `script` overrides its markers (see `messages_app`)."""
     with served(messages_app(script)) as url, httpx.Client(timeout=5) as client:
         yield ScriptedAPI(url, client)
@@ -227,7 +233,7 @@ class RunningRunner:
     """A `fleet-mcp runner` process and a client for its API."""
 
     url: str
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     workdir: Path
     stderr: Path
     client: httpx.Client  # one for every call: waits poll /state, and a new httpx client costs ~50 ms of CPU
@@ -238,24 +244,28 @@ class RunningRunner:
         """The header that opens the runner's door (what the fleet sends)."""
         return {"X-Fleet-Runner-Key": self.key}
 
-    def get(self, path: str, **kwargs) -> httpx.Response:
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
         kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
         return self.client.get(self.url + path, **kwargs)
 
-    def post(self, path: str, body: dict | None = None, **kwargs) -> httpx.Response:
+    def post(self, path: str, body: dict[str, Any] | None = None, **kwargs: Any) -> httpx.Response:
         kwargs["headers"] = {**self.door, **kwargs.get("headers", {})}
         return self.client.post(self.url + path, json={} if body is None else body, **kwargs)
 
-    def state(self) -> dict:
-        return self.get("/state").json()
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.get("/state").json()
+        return state
 
-    def results(self) -> list[dict]:
-        return self.get("/results").json()["results"]
+    def results(self) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = self.get("/results").json()["results"]
+        return results
 
-    def messages(self) -> list[dict]:
-        return self.get("/messages").json()["messages"]
+    def messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.get("/messages").json()["messages"]
+        return messages
 
-    def wait_for(self, ready: Callable[[dict], bool], timeout: float = WAIT_S, what: str = "") -> dict:
+    def wait_for(self, ready: Callable[[dict[str, Any]], bool], timeout: float = WAIT_S,
+                 what: str = "") -> dict[str, Any]:
         """Polls /state until `ready(state)`; fails with the last state and the log after `timeout`."""
         deadline, pause = time.monotonic() + timeout, 0.02
         while True:
@@ -267,11 +277,11 @@ class RunningRunner:
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)  # a poll costs both processes ~2 ms of CPU; a turn takes seconds
 
-    def wait_turns(self, turns: int, timeout: float = WAIT_S) -> dict:
+    def wait_turns(self, turns: int, timeout: float = WAIT_S) -> dict[str, Any]:
         """Waits until `turns` turns have finished and the runner is idle."""
         return self.wait_for(lambda s: s["turns"] >= turns and s["state"] == "idle", timeout, f"{turns} turn(s)")
 
-    def settle(self) -> dict:
+    def settle(self) -> dict[str, Any]:
         """Interrupts a running turn (denying a pending prompt) and waits until idle with nothing queued."""
         if self.state()["state"] in ("working", "needs_input"):
             self.post("/interrupt")

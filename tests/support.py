@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.applications import Starlette
@@ -23,6 +24,14 @@ from starlette.routing import Route
 
 from fleet_mcp.emulator import Emulator
 from tests.conformance import Conformance
+
+if TYPE_CHECKING:  # mcp's types cost half a second to import: only the tests that use them pay it
+    from fastmcp import Client
+    from fastmcp.client.progress import ProgressHandler
+    from fastmcp.client.transports import StreamableHttpTransport
+    from mcp_types import ContentBlock
+
+    from fleet_mcp.settings import Settings
 
 TOKEN = "demo-token"
 ALICE_TOKEN = "demo-token-alice"
@@ -46,7 +55,7 @@ def count_spawns() -> None:
         return
 
     @functools.wraps(original)
-    def counted(self, *args, **kwargs) -> None:
+    def counted(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:  # Popen's own arguments
         SPAWNS.count += 1
         original(self, *args, **kwargs)
 
@@ -65,7 +74,7 @@ def check_each_schema_once() -> None:
         return
     valid: set[str] = set()
 
-    def check_schema(cls, schema, *args, **kwargs) -> None:
+    def check_schema(cls: object, schema: object, *args: Any, **kwargs: Any) -> None:  # jsonschema's own
         key = json.dumps(schema, sort_keys=True, default=repr)
         if key not in valid:
             check(schema, *args, **kwargs)
@@ -107,14 +116,15 @@ def client_for(emulator: Emulator, conformance: Conformance, token: str | None =
                              headers=headers, event_hooks={"response": [conformance.hook]})
 
 
-async def template_named(coder: httpx.AsyncClient, name: str) -> dict:
+async def template_named(coder: httpx.AsyncClient, name: str) -> dict[str, Any]:
     r = await coder.get("/api/v2/organizations/coder/templates/" + name)
     assert r.status_code == 200, r.text
-    return r.json()
+    template: dict[str, Any] = r.json()
+    return template
 
 
 async def create_workspace(coder: httpx.AsyncClient, name: str, template: str = "fleet-demo",
-                           params: dict[str, str] | None = None, **extra) -> httpx.Response:
+                           params: dict[str, str] | None = None, **extra: object) -> httpx.Response:
     t = await template_named(coder, template)
     body = {"name": name, "template_id": t["id"],
             "rich_parameter_values": [{"name": k, "value": v} for k, v in (params or {}).items()], **extra}
@@ -131,15 +141,16 @@ async def runner_agent(coder: httpx.AsyncClient, emulator: Emulator, name: str) 
                                   params={"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Work."})
     assert made.status_code == 201, made.text
     emulator.advance(30)
-    return (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+    token: str = (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
+    return token
 
 
-def asgi_request(method: str, path: str, body: dict | None = None, query: str = "",
-                 path_params: dict | None = None) -> Request:
+def asgi_request(method: str, path: str, body: dict[str, Any] | None = None, query: str = "",
+                 path_params: dict[str, str] | None = None) -> Request:
     """A Starlette request as a route handler is given it, for calling one handler alone (no app, no server)."""
     raw = json.dumps(body).encode() if body is not None else b""
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": raw, "more_body": False}
 
     scope = {"type": "http", "method": method, "path": path, "query_string": query.encode(),
@@ -147,13 +158,23 @@ def asgi_request(method: str, path: str, body: dict | None = None, query: str = 
     return Request(scope, receive)
 
 
-def dumps(value) -> str:
+def first_text(content: Sequence[ContentBlock]) -> str:
+    """The text of a tool answer's first block: the JSON error envelope of a failed call."""
+    from mcp_types import TextContent
+
+    block = content[0]
+    if not isinstance(block, TextContent):
+        raise TypeError(f"the answer's first block is {block.type}, not text")
+    return block.text
+
+
+def dumps(value: object) -> str:
     return json.dumps(value, indent=1)[:2000]
 
 
 # --- the fleet server, in memory, over the emulator ---------------------------
 
-def fleet_settings(**overrides):
+def fleet_settings(**overrides: Any) -> Settings:
     from fleet_mcp.settings import Settings
 
     values = {"coder_url": "http://coder.test", "coder_session_token": TOKEN, "retry_budget_s": 2.0,
@@ -166,16 +187,19 @@ def fleet_settings(**overrides):
 class Tools:
     """Calls the fleet's tools through a real MCP client; answers structured content or the error envelope."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: Client[Any]) -> None:
         self.client = client
 
-    async def __call__(self, tool: str, progress=None, **arguments):
+    async def __call__(self, tool: str, *, progress: ProgressHandler | None = None,
+                       **arguments: Any) -> dict[str, Any]:
         result = await self.client.call_tool(tool, arguments, raise_on_error=False, progress_handler=progress)
         if result.is_error:
-            return json.loads(result.content[0].text)
+            envelope: dict[str, Any] = json.loads(first_text(result.content))
+            return envelope
+        assert result.structured_content is not None, result  # every tool has an output schema
         return result.structured_content
 
-    async def error(self, tool: str, **arguments) -> dict:
+    async def error(self, tool: str, **arguments: Any) -> dict[str, Any]:
         answer = await self(tool, **arguments)
         assert set(answer) == {"error", "message", "details"}, answer
         return answer
@@ -195,7 +219,7 @@ class CheckedTransport(httpx.AsyncBaseTransport):
         return response
 
 
-def http_tools(url: str, token: str):
+def http_tools(url: str, token: str) -> Client[StreamableHttpTransport]:
     """A fastmcp client of an HTTP server sending `Authorization: Bearer <token>` (use `async with`)."""
     from fastmcp import Client
     from fastmcp.client.transports import StreamableHttpTransport
@@ -271,73 +295,3 @@ async def impostor_on(coder: httpx.AsyncClient, transport: httpx.AsyncBaseTransp
         async with running(SimpleNamespace(app=impostor.app)) as url:  # type: ignore[arg-type]
             assert (await coder.post("/emulator/app-listener", json={"url": url})).json()["url"] == url
             yield impostor
-
-
-# --- a client that declares MCP Tasks (as interactive Claude Code does) ---------------------------------
-
-class TasksClient:
-    """The tasks extension as a client runs it: a `tools/call` answered `resultType: "task"` is polled with
-    `tasks/get` until it is over (its result then answers the call); an `input_required` poll is answered with
-    `tasks/update`, each form by `answer(key, params)` (an `ElicitResult`). Records what it saw."""
-
-    def __init__(self, answer=None, pause_s: float = 0.01) -> None:
-        self.answer = answer
-        self.pause_s = pause_s
-        self.created: list[dict] = []  # the task answers of tools/call
-        self.polls: list[dict] = []  # every tasks/get answer
-
-    def extension(self):
-        from typing import Literal
-
-        from mcp.client.extension import ClientExtension, ResultClaim
-        from mcp_types import Result
-        from pydantic import ConfigDict
-
-        class Created(Result):
-            model_config = ConfigDict(extra="allow")
-            result_type: Literal["task"]
-            task_id: str
-            status: str
-
-        outer = self
-
-        class Extension(ClientExtension):
-            identifier = "io.modelcontextprotocol/tasks"
-
-            def claims(self):
-                return [ResultClaim(result_type="task", model=Created, resolve=outer._resolve)]
-
-        return Extension()
-
-    async def request(self, session, method: str, params: dict) -> dict:
-        """A raw tasks/* request on `session`; its answer as a dict."""
-        from typing import Any, Literal
-
-        from mcp_types import Request, RequestParams
-        from pydantic import ConfigDict, TypeAdapter
-
-        class Params(RequestParams):
-            model_config = ConfigDict(extra="allow")
-
-        class Raw(Request[Params, Literal[method]]):  # type: ignore[valid-type]
-            name_param = "taskId"
-
-        return await session.send_request(Raw(method=method, params=Params(**params)), TypeAdapter(dict[str, Any]))
-
-    async def _resolve(self, created, ctx):
-        import asyncio
-
-        from mcp_types import CallToolResult
-
-        self.created.append(created.model_dump(by_alias=True, mode="json"))
-        while True:
-            await asyncio.sleep(self.pause_s)
-            state = await self.request(ctx.session, "tasks/get", {"taskId": created.task_id})
-            self.polls.append(state)
-            if state["status"] == "completed":
-                return CallToolResult.model_validate(state["result"])
-            if state["status"] in ("failed", "cancelled"):
-                raise AssertionError(f"task ended {state['status']}: {state}")
-            if state["status"] == "input_required":
-                answers = {key: self.answer(key, asked["params"]) for key, asked in state["inputRequests"].items()}
-                await self.request(ctx.session, "tasks/update", {"taskId": created.task_id, "inputResponses": answers})

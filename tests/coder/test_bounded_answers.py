@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,7 +47,7 @@ def peak_rss_growth() -> Iterator[Callable[[], int]]:
 
 
 @asynccontextmanager
-async def fleet_with_agent(name: str, **settings) -> AsyncIterator[tuple[Emulator, Tools]]:
+async def fleet_with_agent(name: str, **settings: Any) -> AsyncIterator[tuple[Emulator, Tools]]:
     """The emulator on a socket, the fleet on httpx's own transport, one busy AgentAPI agent `name`."""
     emulator = Emulator()
     async with running(emulator) as url, Client(build_server(fleet_settings(coder_url=url, **settings))) as client:

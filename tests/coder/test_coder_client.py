@@ -23,12 +23,12 @@ async def client(emulator):
         yield c
 
 
-async def fault(coder, match: str, kind: str, **params) -> None:
+async def fault(coder: httpx.AsyncClient, match: str, kind: str, **params: object) -> None:
     r = await coder.post("/emulator/faults", json={"match": match, "kind": kind, **params})
     assert r.status_code == 201, r.text
 
 
-async def hits(coder, route: str) -> int:
+async def hits(coder: httpx.AsyncClient, route: str) -> int:
     return (await coder.get("/emulator/requests")).json()["routes"].get(route, 0)
 
 

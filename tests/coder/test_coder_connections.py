@@ -16,6 +16,7 @@ import pytest
 from fastmcp import Client
 
 from fleet_mcp.coder.apps import App
+from fleet_mcp.coder.pools import Pools
 from fleet_mcp.drivers.runner import RunnerDriver
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
@@ -153,9 +154,13 @@ async def test_a_burst_spreads_over_small_pools_and_lone_requests_keep_to_the_fi
     async with scripted(together) as server:
         async with fleet_settings(coder_url=server.url, retry_budget_s=0).coder_client() as coder:
             pools = coder._transport
+            assert isinstance(pools, Pools)
             answers = await asyncio.gather(*(coder.app_request("GET", app, f"p{i}", dict) for i in range(burst)))
             assert [a["path"] for a in answers] == [f"/@o/w/apps/s/p{i}" for i in range(burst)]
-            kept = [len(pool._pool.connections) for pool in pools._pools]
+            kept: list[int] = []
+            for pool in pools._pools:
+                assert isinstance(pool, httpx.AsyncHTTPTransport)
+                kept.append(len(pool._pool.connections))
             assert kept == [burst // len(kept)] * len(kept) and pools._busy == [0] * len(kept)
             for path in ("a", "b", "c"):
                 await coder.app_request("GET", app, path, dict)

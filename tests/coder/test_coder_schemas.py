@@ -20,6 +20,7 @@ import httpx
 import msgspec
 import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.types import Receive, Scope, Send
 
 from fleet_mcp.coder import errors as E
 from fleet_mcp.coder.answers import parsed as read
@@ -479,7 +480,7 @@ def test_app_proxy_path_quotes_and_refuses_me() -> None:
 async def test_client_keeps_no_cookies_and_hides_token() -> None:
     seen: list[dict[str, str]] = []
 
-    async def coder(scope, receive, send) -> None:  # answers every request with cookies to keep
+    async def coder(scope: Scope, receive: Receive, send: Send) -> None:  # answers every request with cookies to keep
         seen.append({k.decode(): v.decode() for k, v in scope["headers"]})
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"set-cookie", b"csrf_token=abc; Path=/; HttpOnly"),

@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+
+from tests.support import Tools
 
 REPO = Path(__file__).resolve().parents[2]
 CASSETTES = REPO / "cassettes"
@@ -30,6 +34,9 @@ RECORD = "python -m pytest tests/contract --record-mode=rewrite"
 # Left out of cassettes as noise: they change per run or say nothing about the contract.
 NOISY_REQUEST_HEADERS = ("connection", "accept-encoding")
 NOISY_RESPONSE_HEADERS = ("date", "server")
+
+if TYPE_CHECKING:
+    from vcr.cassette import Cassette
 
 
 def real_coder() -> tuple[str, str] | None:
@@ -94,7 +101,7 @@ def vcr_config(stand_in: StandIn) -> dict:
 
 
 @pytest.fixture(autouse=True)
-def strict_replay(request: pytest.FixtureRequest, vcr, record_mode: str):
+def strict_replay(request: pytest.FixtureRequest, vcr: Cassette | None, record_mode: str) -> Iterator[list[str]]:
     """On replay, a request missing from the cassette fails the test by name, and so does a recorded
     request never sent: the fleet must send exactly the recorded sequence. Yields the misses so far.
 
@@ -109,7 +116,7 @@ def strict_replay(request: pytest.FixtureRequest, vcr, record_mode: str):
 
     can_play = vcr.can_play_response_for
 
-    def checked(sent) -> bool:
+    def checked(sent: object) -> bool:
         if can_play(sent):
             return True
         refusal = CannotOverwriteExistingCassetteException(cassette=vcr, failed_request=sent)
@@ -184,12 +191,12 @@ def project() -> str:
 class Fleet:
     """Calls tools (see tests/conftest.py `Tools`) and waits for conditions at the recording's pace."""
 
-    def __init__(self, tools, pace: Pace, missed: list[str]) -> None:
+    def __init__(self, tools: Tools, pace: Pace, missed: list[str]) -> None:
         self.tools = tools
         self.pace = pace
         self.missed = missed
 
-    async def __call__(self, tool: str, **arguments):
+    async def __call__(self, tool: str, **arguments: Any) -> dict[str, Any]:
         try:
             answer = await self.tools(tool, **arguments)
         except Exception:
@@ -198,14 +205,15 @@ class Fleet:
             answer = None
         if self.missed:
             pytest.fail(self.missed[0], pytrace=False)
+        assert answer is not None  # None only after a miss, which failed above
         return answer
 
-    async def error(self, tool: str, **arguments) -> dict:
+    async def error(self, tool: str, **arguments: Any) -> dict:
         answer = await self(tool, **arguments)
         assert set(answer) == {"error", "message", "details"}, answer
         return answer
 
-    async def until(self, check: Callable[[dict], bool], tool: str, **arguments) -> dict:
+    async def until(self, check: Callable[[dict], bool], tool: str, **arguments: Any) -> dict:
         """Call `tool` until `check(answer)` holds, a bounded number of times.
 
         Replay answers each call with the next recorded answer, so the loop ends
@@ -234,7 +242,7 @@ class Fleet:
 
 
 @pytest.fixture
-def connect(target: Target, strict_replay: list[str]):
+def connect(target: Target, strict_replay: list[str]) -> Callable[[str | None], AbstractAsyncContextManager[Fleet]]:
     """Open an MCP client to a fleet server for `target`, optionally with another token."""
     from contextlib import asynccontextmanager
 
@@ -255,6 +263,6 @@ def connect(target: Target, strict_replay: list[str]):
 
 
 @pytest.fixture
-async def fleet(connect) -> AsyncIterator[Fleet]:
+async def fleet(connect: Callable[[], AbstractAsyncContextManager[Fleet]]) -> AsyncIterator[Fleet]:
     async with connect() as fleet:
         yield fleet

@@ -260,7 +260,7 @@ def cassettes() -> dict[str, dict]:
     return {path.name: yaml.load(path.read_text(), Loader=loader) for path in sorted(CASSETTES.iterdir())}
 
 
-def texts(value) -> list[str]:
+def texts(value: object) -> list[str]:
     """Every string in a loaded cassette (bodies stored as bytes decoded), so escapes hide nothing."""
     if isinstance(value, dict):
         return [t for k, v in value.items() for t in texts(k) + texts(v)]

@@ -26,13 +26,13 @@ def app(name: str, rest: str = "") -> str:
     return f"/@demo/{name}/apps/ccw/{rest}"
 
 
-async def agent_status(coder, name: str) -> str:
+async def agent_status(coder: httpx.AsyncClient, name: str) -> str:
     r = await coder.get(app(name, "status"))
     assert r.status_code == 200, r.text
     return r.json()["status"]
 
 
-async def until(coder, emulator, name: str, want: str, limit: float = 30) -> None:
+async def until(coder: httpx.AsyncClient, emulator: Emulator, name: str, want: str, limit: float = 30) -> None:
     """Advance the clock in small steps until AgentAPI's status is `want`."""
     for _ in range(int(limit / 0.25)):
         r = await coder.get(app(name, "status"))
@@ -42,7 +42,7 @@ async def until(coder, emulator, name: str, want: str, limit: float = 30) -> Non
     raise AssertionError(f"{name} never became {want}")
 
 
-async def agent(coder, emulator, name: str, spec: str = "", task: str = "") -> dict:
+async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: str = "", task: str = "") -> dict:
     """A fleet workspace whose AgentAPI answers (its first turn has just begun)."""
     params = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": spec, "fleet_mcp_current_task": task}
     r = await create_workspace(coder, name, params=params)
@@ -54,17 +54,17 @@ async def agent(coder, emulator, name: str, spec: str = "", task: str = "") -> d
     raise AssertionError("AgentAPI never came up")
 
 
-async def messages(coder, name: str) -> list[dict]:
+async def messages(coder: httpx.AsyncClient, name: str) -> list[dict]:
     r = await coder.get(app(name, "messages"))
     assert r.status_code == 200, r.text
     return r.json()["messages"]
 
 
-async def send(coder, name: str, content: str, type: str = "user") -> httpx.Response:
+async def send(coder: httpx.AsyncClient, name: str, content: str, type: str = "user") -> httpx.Response:
     return await coder.post(app(name, "message"), json={"content": content, "type": type})
 
 
-async def history(coder, ws: dict) -> list[tuple[str, str, str]]:
+async def history(coder: httpx.AsyncClient, ws: dict) -> list[tuple[str, str, str]]:
     """The `ccw` app's statuses, newest first (from the newest start build), as (state, message, uri)."""
     builds = (await coder.get(f"/api/v2/workspaces/{ws['id']}/builds")).json()
     start = next(b for b in builds if b["transition"] == "start" and b["resources"])
@@ -72,7 +72,7 @@ async def history(coder, ws: dict) -> list[tuple[str, str, str]]:
     return [(s["state"], s["message"], s["uri"]) for s in ccw["statuses"]]
 
 
-async def latest(coder, ws: dict) -> tuple[str, str, str]:
+async def latest(coder: httpx.AsyncClient, ws: dict) -> tuple[str, str, str]:
     s = (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()["latest_app_status"]
     return s["state"], s["message"], s["uri"]
 

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
+from fleet_mcp.emulator import Emulator
 from tests.support import create_workspace
 
 ROUTE = "/api/v2/workspaceagents/me/app-status"
@@ -13,7 +16,7 @@ NOT_AUTHORIZED = ("The agent cannot authenticate until the workspace provision j
                   "is no longer running, this agent is invalid.")
 
 
-async def started(coder, emulator, name: str = "reporter") -> dict:
+async def started(coder: httpx.AsyncClient, emulator: Emulator, name: str = "reporter") -> dict:
     """A workspace whose agent has the app `fleet` (nothing in the emulator reports for it), up and running."""
     if (await coder.get("/api/v2/organizations/coder/templates/runner-agents")).status_code == 404:
         await coder.post("/emulator/templates", json={"name": "runner-agents", "apps": ["fleet"]})
@@ -22,19 +25,19 @@ async def started(coder, emulator, name: str = "reporter") -> dict:
     return ws
 
 
-async def token_of(coder, name: str) -> str:
+async def token_of(coder: httpx.AsyncClient, name: str) -> str:
     r = await coder.get(f"/emulator/agents/{name}/token")
     assert r.status_code == 200, r.text
     return r.json()["token"]
 
 
-async def report(coder, token: str | None, body) -> httpx.Response:
+async def report(coder: httpx.AsyncClient, token: str | None, body: dict[str, Any]) -> httpx.Response:
     headers = {"Coder-Session-Token": token} if token is not None else {}
     # The agent's request carries only its own token, never the user's.
     return await coder.patch(ROUTE, json=body, headers={"Coder-Session-Token": ""} | headers)
 
 
-async def workspace(coder, ws_id: str) -> dict:
+async def workspace(coder: httpx.AsyncClient, ws_id: str) -> dict:
     return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from tests.support import create_workspace
 
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Build things"}
 
 
-async def get(coder, ws_id: str) -> dict:
+async def get(coder: httpx.AsyncClient, ws_id: str) -> dict:
     r = await coder.get(f"/api/v2/workspaces/{ws_id}")
     assert r.status_code == 200, r.text
     return r.json()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 
 from fleet_mcp.emulator.control import AgentControl, ControlAPI
-from tests.support import asgi_request, create_workspace
+from tests.support import TOKEN, asgi_request, client_for, create_workspace
 
 
 async def test_demo_seed(coder):
@@ -76,6 +77,20 @@ async def test_durations_are_settings(coder, emulator):
     emulator.advance(15)
     assert (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()["latest_build"]["status"] == "running"
     assert (await coder.post("/emulator/timings", json={"warp": 1})).status_code == 400
+
+
+async def test_durations_set_on_one_emulator_stay_in_it(conformance):
+    """A test's slow builds (`POST /emulator/timings`) must not slow every later emulator of the process: they
+    all start from the same `REAL_TIME`."""
+    from fleet_mcp.emulator import REAL_TIME, Emulator
+
+    before = dataclasses.asdict(REAL_TIME)
+    slowed, other = (Emulator(token=TOKEN, virtual=False, timings=REAL_TIME) for _ in range(2))
+    async with client_for(slowed, conformance) as coder:
+        assert (await coder.post("/emulator/timings", json={"start_build": 60})).json()["start_build"] == 60
+    async with client_for(other, conformance) as coder:
+        assert (await coder.get("/emulator/timings")).json() == before
+    assert dataclasses.asdict(REAL_TIME) == before
 
 
 async def test_time_can_pass_per_request(coder):

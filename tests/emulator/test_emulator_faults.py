@@ -31,7 +31,7 @@ def on_socket(url: str, timeout: float = 2.0) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN}, timeout=timeout)
 
 
-async def add_fault(client: httpx.AsyncClient, **rule) -> dict:
+async def add_fault(client: httpx.AsyncClient, **rule: object) -> dict:
     r = await client.post("/emulator/faults", json=rule)
     assert r.status_code == 201, r.text
     return r.json()
@@ -124,7 +124,7 @@ async def test_delete_one_fault_and_reset_clears_all(emulator: Emulator) -> None
     ({"match": "GET /x", "kind": "stall", "second": 5}, "unknown parameter(s) for stall: second"),
     ([1, 2], "expected a JSON object"),
 ])
-async def test_bad_rules_are_refused_with_400(emulator: Emulator, body, complaint: str) -> None:
+async def test_bad_rules_are_refused_with_400(emulator: Emulator, body: object, complaint: str) -> None:
     async with in_process(emulator) as c:
         r = await c.post("/emulator/faults", json=body)
         assert r.status_code == 400 and complaint in r.json()["error"], r.text

@@ -10,12 +10,16 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from tests.processes import clean_env, http_server
 from tests.runners import needs_sdk
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.system, needs_sdk]
 UP_S = 180.0  # bounds on processes starting on a loaded machine; met in seconds when it is not
@@ -50,7 +54,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def until(check, within: float, what: str):
+def until(check: Callable[[], T], within: float, what: str) -> T:
     deadline = time.monotonic() + within
     while not (found := check()):
         assert time.monotonic() < deadline, f"{what} within {within:.0f} s"

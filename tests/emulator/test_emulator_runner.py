@@ -8,7 +8,9 @@ import importlib.util
 import os
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -16,6 +18,8 @@ import pytest
 from fleet_mcp.emulator import REAL_TIME, Emulator
 from fleet_mcp.emulator.app import running
 from tests.support import TOKEN, client_for, create_workspace, template_named
+
+T = TypeVar("T")
 
 HAS_SDK = importlib.util.find_spec("claude_agent_sdk") is not None
 needs_sdk = pytest.mark.skipif(not HAS_SDK, reason="claude-agent-sdk is not installed (pip install -e '.[runner]')")
@@ -37,7 +41,7 @@ def gone(pid: int) -> bool:
     return False
 
 
-async def until(check, what: str, timeout: float = WAIT_S):
+async def until(check: Callable[[], Awaitable[T]], what: str, timeout: float = WAIT_S) -> T:
     """Polls the async `check()` until it returns something truthy; fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     last = None
@@ -178,7 +182,7 @@ async def test_real_runners_follow_their_workspaces(conformance):
     assert not root.exists()
 
 
-async def _runner_up(coder, name: str) -> dict:
+async def _runner_up(coder: httpx.AsyncClient, name: str) -> dict:
     """Create a spec-less fleet workspace and wait for its runner behind the app proxy; its runner info."""
     await create_workspace(coder, name, template="fleet-runner", params={"fleet_mcp_managed": "true"})
 
@@ -189,7 +193,7 @@ async def _runner_up(coder, name: str) -> dict:
     return (await coder.get(f"/emulator/agents/{name}/runner")).json()
 
 
-async def _status(coder, ws_id: str, status: str) -> bool:
+async def _status(coder: httpx.AsyncClient, ws_id: str, status: str) -> bool:
     return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()["latest_build"]["status"] == status
 
 

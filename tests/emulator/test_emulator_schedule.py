@@ -4,28 +4,31 @@ activity bumps from app statuses, autostop, and templates that impose their TTL.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
+import httpx
 import pytest
 
+from fleet_mcp.emulator import Emulator
 from tests.support import create_workspace
 
 MINUTE, HOUR = 60_000, 3_600_000
 NOT_ALLOWED = "Custom autostop TTL is not allowed for workspaces using this template."
 
 
-async def template(coder, name: str, **schedule) -> None:
+async def template(coder: httpx.AsyncClient, name: str, **schedule: object) -> None:
     r = await coder.post("/emulator/templates", json={"name": name, "apps": ["fleet"], **schedule})
     assert r.status_code == 201, r.text
 
 
-async def up(coder, emulator, name: str, template_name: str = "timed", **extra) -> dict:
+async def up(coder: httpx.AsyncClient, emulator: Emulator, name: str, template_name: str = "timed", **extra: Any) -> dict:
     r = await create_workspace(coder, name, template=template_name, **extra)
     assert r.status_code == 201, r.text
     emulator.advance(30)
     return await get(coder, r.json()["id"])
 
 
-async def get(coder, ws_id: str) -> dict:
+async def get(coder: httpx.AsyncClient, ws_id: str) -> dict:
     return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
 
 
@@ -39,19 +42,19 @@ def completed(ws: dict) -> datetime:
     return done
 
 
-async def report(coder, name: str, state: str) -> None:
+async def report(coder: httpx.AsyncClient, name: str, state: str) -> None:
     token = (await coder.get(f"/emulator/agents/{name}/token")).json()["token"]
     r = await coder.patch("/api/v2/workspaceagents/me/app-status", headers={"Coder-Session-Token": token},
                           json={"app_slug": "fleet", "state": state, "message": f"now {state}"})
     assert r.status_code == 200, r.text
 
 
-async def now(coder) -> datetime:
+async def now(coder: httpx.AsyncClient) -> datetime:
     return datetime.fromisoformat((await coder.get("/emulator/clock")).json()["now"])
 
 
 @pytest.fixture
-async def timed(coder) -> None:
+async def timed(coder: httpx.AsyncClient) -> None:
     await template(coder, "timed")
 
 

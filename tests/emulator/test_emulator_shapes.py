@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
+from fleet_mcp.emulator import Emulator
 from tests.coder_spec import RecordedShapes, load_cassette, missing_keys, reference_dir
 from tests.support import client_for, create_workspace, template_named
 
@@ -22,7 +24,7 @@ def recorded() -> RecordedShapes:
 
 
 @pytest.fixture
-async def rich(coder, emulator) -> dict:
+async def rich(coder: httpx.AsyncClient, emulator: Emulator) -> dict:
     """A fleet workspace that ran its first turn: agent, apps and statuses present."""
     ws = (await create_workspace(coder, "shapes", params={
         "fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Shape up [[pr]]"})).json()
@@ -30,7 +32,7 @@ async def rich(coder, emulator) -> dict:
     return ws
 
 
-async def ours_for(coder, method: str, template: str, ws: dict) -> tuple[Any, int]:
+async def ours_for(coder: httpx.AsyncClient, method: str, template: str, ws: dict) -> tuple[Any, int]:
     t = await template_named(coder, "fleet-demo")
     version = t["active_version_id"]
     if method == "POST" and template.endswith("/builds"):

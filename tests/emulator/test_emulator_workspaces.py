@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from tests.support import create_workspace, template_named
@@ -9,7 +10,7 @@ from tests.support import create_workspace, template_named
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Do the thing"}
 
 
-async def params_of(coder, ws: dict) -> dict[str, str]:
+async def params_of(coder: httpx.AsyncClient, ws: dict) -> dict[str, str]:
     r = await coder.get(f"/api/v2/workspacebuilds/{ws['latest_build']['id']}/parameters")
     return {p["name"]: p["value"] for p in r.json()}
 
@@ -144,7 +145,7 @@ class TestListQuery:
         emulator.advance(10)
         await create_workspace(coder, "delta-pending", params=FLEET)
 
-    async def names(self, coder, q: str, **params) -> tuple[list[str], int]:
+    async def names(self, coder: httpx.AsyncClient, q: str, **params: str | int) -> tuple[list[str], int]:
         r = await coder.get("/api/v2/workspaces", params={"q": q, **params})
         assert r.status_code == 200, r.text
         return [w["name"] for w in r.json()["workspaces"]], r.json()["count"]

@@ -40,7 +40,7 @@ def figures() -> dict:
     return json.loads(lines[0])
 
 
-def number(value, low: float = 0.0, high: float = math.inf) -> bool:
+def number(value: object, low: float = 0.0, high: float = math.inf) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
         and low <= value <= high
 

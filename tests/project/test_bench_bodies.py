@@ -7,6 +7,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import msgspec
 import pytest
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.skipif(reference_dir() is None, reason="reference data 
 STANDIN = Path(__file__).resolve().parents[2] / "bench" / "standin.py"
 
 
-def standin():
+def standin() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_standin", STANDIN)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

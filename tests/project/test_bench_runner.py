@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,7 @@ def one_turn(changes: Changes | None) -> Saved:
                                  finished_at=AT, pull_request_url=None, interrupted=False, changes=changes)])
 
 
-async def real(tmp_path, saved: Saved, route: str) -> dict:
+async def real(tmp_path: Path, saved: Saved, route: str) -> dict:
     async with runner_api(tmp_path, saved) as runner:
         answer = await runner.get("/" + route)
     assert answer.status_code == 200

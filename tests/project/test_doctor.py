@@ -16,15 +16,17 @@ import asyncio
 import io
 import subprocess
 import sys
+from typing import Any
 
 import httpx
 import pytest
 
 from fleet_mcp import cli
-from fleet_mcp.doctor import Report, diagnose, run
+from fleet_mcp.doctor import ProjectCheck, Report, diagnose, run
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.serving.preflight import StartupError
+from tests.conformance import Conformance
 from tests.processes import clean_env, free_port
 from tests.support import CheckedTransport, fleet_settings
 
@@ -36,19 +38,19 @@ KEY = ["fleet_mcp_runner_key"]  # a runner project's: without it the runner refu
 SECRET = "s3cr3t-doctor-t0ken"
 
 
-async def report_of(emulator, conformance, **settings) -> Report:
+async def report_of(emulator: Emulator, conformance: Conformance, **settings: Any) -> Report:
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     chosen = fleet_settings(**settings)
     async with chosen.coder_client(transport) as client:
         return await diagnose(client, chosen)
 
 
-async def add_template(coder: httpx.AsyncClient, **body) -> None:
+async def add_template(coder: httpx.AsyncClient, **body: object) -> None:
     r = await coder.post("/emulator/templates", json=body)
     assert r.status_code == 201, r.text
 
 
-def project(report: Report, name: str):
+def project(report: Report, name: str) -> ProjectCheck:
     return next(p for p in report.projects if p.name == name)
 
 

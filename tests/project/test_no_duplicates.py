@@ -13,7 +13,7 @@ from tests.support import CheckedTransport, Tools, fleet_settings
 SPEC = "Ship it [[finish:2]]"
 
 
-async def named(coder, name: str) -> list[dict]:
+async def named(coder: httpx.AsyncClient, name: str) -> list[dict]:
     page = (await coder.get("/api/v2/workspaces", params={"q": f"owner:me name:{name}"})).json()
     return [w for w in page["workspaces"] if w["name"] == name]
 
@@ -29,7 +29,7 @@ async def over_socket(emulator, conformance):
                 yield Tools(client), coder
 
 
-async def fault(coder, **rule) -> None:
+async def fault(coder: httpx.AsyncClient, **rule: object) -> None:
     r = await coder.post("/emulator/faults", json=rule)
     assert r.status_code == 201, r.text
 

@@ -81,7 +81,7 @@ def anchors(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
-def test_every_relative_link_lands(document: Path):
+def test_every_relative_link_lands(document: Path) -> None:
     links = re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", document.read_text(), flags=re.S))
     broken = []
     for link in links:

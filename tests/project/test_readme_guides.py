@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import get_args
 
 from tests.support import TOOLS
@@ -44,7 +45,7 @@ def test_the_architecture_picture_shows_the_path_to_claude_code():
         assert part in picture, part
 
 
-def markers(module) -> set[str]:
+def markers(module: ModuleType) -> set[str]:
     """The marker names a runtime's script reads, from its own pattern."""
     names = re.match(r"\\\[\\\[\(([a-z|]+)\)", module.MARKER.pattern)
     assert names, module.MARKER.pattern

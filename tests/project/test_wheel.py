@@ -35,7 +35,7 @@ def run(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, Path]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not Path(UV).exists():
         pytest.skip("uv is not installed (it is in the test extra)")
     pytest.importorskip("build", reason="build is not installed (it is in the test extra)")
@@ -47,7 +47,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def installed(built, tmp_path_factory) -> Path:
+def installed(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the wheel and its dependencies, nothing of the checkout: its bin directory."""
     venv = tmp_path_factory.mktemp("fresh") / "venv"
     made = run([UV, "venv", "--quiet", "--python", sys.executable, str(venv)], venv.parent)
@@ -59,7 +59,7 @@ def installed(built, tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def elsewhere(tmp_path) -> Path:
+def elsewhere(tmp_path: Path) -> Path:
     """A working directory with no checkout in it or above it."""
     assert not (tmp_path / "fleet_mcp").exists() and REPO not in tmp_path.parents
     return tmp_path

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -21,7 +23,7 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def task(log: ChangeLog, work) -> tuple[dict | None, str | None]:
+def task(log: ChangeLog, work: Callable[[], object]) -> tuple[dict | None, str | None]:
     """One task: note the start, do `work`, record the end (the summary as the runner sends it)."""
     asyncio.run(log.begin())
     work()
@@ -29,13 +31,14 @@ def task(log: ChangeLog, work) -> tuple[dict | None, str | None]:
     return (changes.model_dump() if changes else None), why
 
 
-def diff(log: ChangeLog, *args) -> dict:
+def diff(log: ChangeLog, scope: Literal["task", "agent"], path: str | None, fmt: str, page: int,
+         page_size: int) -> dict:
     """A page of the diff, as the runner sends it."""
-    return asyncio.run(log.diff(*args)).model_dump()
+    return asyncio.run(log.diff(scope, path, fmt, page, page_size)).model_dump()
 
 
 @pytest.fixture
-def repo(tmp_path) -> Path:
+def repo(tmp_path: Path) -> Path:
     seed_repository(tmp_path / "work")
     return tmp_path / "work"
 

@@ -42,7 +42,7 @@ def coder() -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def fresh(coder) -> httpx.Client:
+def fresh(coder: httpx.Client) -> httpx.Client:
     assert coder.post("/emulator/reset").status_code == 200
     return coder
 

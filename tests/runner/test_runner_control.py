@@ -6,27 +6,28 @@ and `/diff` agree with git. One runner for the module, in that repository: its t
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from fleet_mcp.emulator.runners.project import seed_repository
-from tests.runners import needs_sdk
+from tests.runners import RunningRunner, ScriptedAPI, needs_sdk
 
 pytestmark = [pytest.mark.system, needs_sdk]
 
 
-def git(repo, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture(scope="module")
-def runner_settings(tmp_path_factory) -> dict:
+def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("repository")
     seed_repository(work)
     return {"workdir": work, "FLEET_RUNNER_STATE_FILE": str(tmp_path_factory.mktemp("state") / "state.json")}
 
 
-def _hanging(runner, api, name: str) -> tuple[str, dict]:
+def _hanging(runner: RunningRunner, api: ScriptedAPI, name: str) -> tuple[str, dict]:
     """Starts a turn whose model call hangs; waits until it is working and that call is open at the scripted API."""
     hang = f"Think forever about {name} [[hang]]"
     assert runner.post("/message", {"content": hang}).status_code == 202

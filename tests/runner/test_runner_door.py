@@ -15,7 +15,7 @@ import pytest
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 from fleet_mcp.runner.prompts import digest_of
-from tests.runners import ScriptedAPI, needs_sdk, scripted_api
+from tests.runners import RunningRunner, ScriptedAPI, needs_sdk, scripted_api
 
 pytestmark = [pytest.mark.system, needs_sdk]
 ASK = "Run the script [[permission]]"
@@ -39,13 +39,13 @@ def api() -> Iterator[ScriptedAPI]:
 
 
 @pytest.fixture(scope="module")
-def runner_settings(tmp_path_factory) -> dict:
+def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("work")
     (work / "attack.py").write_text(ATTACK)
     return {"workdir": work, "CODER_AGENT_TOKEN": "agent-secret"}
 
 
-def _asking(runner) -> dict:
+def _asking(runner: RunningRunner) -> dict:
     return runner.wait_for(lambda s: s["state"] == "needs_input", what="a permission request")
 
 
@@ -77,7 +77,7 @@ def test_a_web_page_on_a_forwarded_port_can_neither_answer_nor_read(runner):
     print(f"browser calls refused: {len(attacks)} of {len(attacks)}")
 
 
-def _ask(runner) -> dict:
+def _ask(runner: RunningRunner) -> dict:
     """Sends ASK and waits until Claude Code asks to run its command (permitted.txt not yet written)."""
     (runner.workdir / "permitted.txt").unlink(missing_ok=True)  # another test's
     assert runner.post("/message", {"content": ASK}).status_code == 202

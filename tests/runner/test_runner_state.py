@@ -4,6 +4,7 @@ process (no Claude Code): what the fleet's `show_agents` reads instead of the co
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,7 @@ def finished(task: str) -> Result:
                   interrupted=False, changes=Changes(repository="/work", files_total=1, added_lines=2, removed_lines=0))
 
 
-async def state(tmp_path, saved: Saved) -> dict:
+async def state(tmp_path: Path, saved: Saved) -> dict:
     async with runner_api(tmp_path, saved) as runner:
         answer = await runner.get("/state")
     assert answer.status_code == 200

@@ -16,6 +16,7 @@ from fastmcp import Client, FastMCP
 from fastmcp.server.lifespan import ComposedLifespan
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import audited as audit_lifespan
 from fleet_mcp.server import build_server, one_client
 from fleet_mcp.serving.audit import (
@@ -29,6 +30,7 @@ from fleet_mcp.serving.audit import (
     cut,
     line_of,
 )
+from tests.conformance import Conformance
 from tests.processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
 from tests.support import TOKEN, CheckedTransport, Tools, fleet_settings
 
@@ -38,12 +40,12 @@ FIELDS = ["time", "user", "tool", "arguments", "duration_ms", "outcome", "error"
 
 
 @pytest.fixture
-def audit_path(tmp_path) -> Path:
+def audit_path(tmp_path: Path) -> Path:
     return tmp_path / "logs" / "audit.jsonl"  # the folder does not exist yet
 
 
 @pytest.fixture
-async def audited(emulator, conformance, audit_path) -> AsyncIterator[Tools]:
+async def audited(emulator: Emulator, conformance: Conformance, audit_path: Path) -> AsyncIterator[Tools]:
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     server = build_server(fleet_settings(audit_log=audit_path, auth_token=AUTH_TOKEN, runner_secret=RUNNER_SECRET),
                           transport=transport)

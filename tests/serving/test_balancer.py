@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import in_background
+from fleet_mcp.emulator.coder.state import Workspace
 from tests.processes import (
     WAIT_S,
     Running,
@@ -83,7 +85,7 @@ class HoldAnswer:
     on `held`; a request from any other replica is refused (400) before any write. Every request of an armed route
     is counted in `requests`."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.routes: dict[str, tuple[str, re.Pattern[str]]] = {}
         self.victim, self.pids = 0, [0]
@@ -97,7 +99,7 @@ class HoldAnswer:
     def release(self) -> None:  # the emulator's server ends held requests at shutdown
         getattr(self.app, "release", lambda: None)()
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         cases = [case for case, (method, path) in self.routes.items() if scope["type"] == "http"
                  and scope["method"] == method and path.fullmatch(scope["path"])]
         if not cases:
@@ -109,9 +111,9 @@ class HoldAnswer:
                 if not message.get("more_body"):
                     break
             cases = [case for case in cases if f'"{case_agent(case)}"'.encode() in body] or cases[:1]
-            first = [{"type": "http.request", "body": body, "more_body": False}]
+            first: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
-            async def read() -> dict:
+            async def read() -> Message:
                 return first.pop() if first else await receive()
         case = cases[0]
         self.requests[case] += 1
@@ -119,9 +121,9 @@ class HoldAnswer:
             await send({"type": "http.response.start", "status": 400,
                         "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": b'{"message":"Not on this replica."}'})
-        answer: list[dict] = []
+        answer: list[Message] = []
 
-        async def keep(message: dict) -> None:
+        async def keep(message: Message) -> None:
             answer.append(message)
 
         await self.app(scope, read, keep)
@@ -142,7 +144,7 @@ def prepare(emulator: Emulator) -> dict[str, tuple[str, str]]:
     demo = next(u for u in b.users.values() if u.username == "demo")
     template = next(t for t in b.templates.values() if t.name == "fleet-demo")
 
-    def create(name: str, spec: str, managed_project: bool = True):
+    def create(name: str, spec: str, managed_project: bool = True) -> Workspace:
         params = [{"name": "fleet_mcp_managed", "value": "true"}, {"name": "fleet_mcp_agent_spec", "value": spec}]
         if managed_project:
             params += [{"name": "fleet_mcp_project", "value": "fleet-demo"},
@@ -200,7 +202,7 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory) -> Iterator[Pair]:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     emulator = Emulator(token=TOKEN)
     routes = prepare(emulator)
     hold = HoldAnswer(emulator.app)
@@ -337,20 +339,20 @@ def test_waits_cut_by_a_rolling_restart_all_get_an_answer(pair, tmp_path, capsys
     assert exit_code == 0 and stopped_in < 3  # the waits answered at once: no grace spent on them
 
 
-async def rolling_restart(base: str, victim) -> tuple[list, list, int, float]:
+async def rolling_restart(base: str, victim: Running) -> tuple[list, list, int, float]:
     """WAITERS clients wait (until idle, on an agent that never is); once every wait has reported progress,
     `victim` gets SIGTERM. A wait cut with `unavailable` is called again once, as its hint says."""
     started = [asyncio.Event() for _ in range(WAITERS)]
 
     async def waiter(n: int) -> tuple[object, object]:
-        async def progress(done: float, total: float | None, message: str | None) -> None:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             started[n].set()
 
         async with http_tools(base + "/mcp", TOKEN) as client:
             tools = Tools(client)
-            arguments = {"agent_names": ["busy"], "until": ["idle"], "timeout_s": 4}
+            arguments: dict[str, Any] = {"agent_names": ["busy"], "until": ["idle"], "timeout_s": 4}
             try:
-                first = await tools("wait_for_agents", progress=progress, **arguments)
+                first = await tools("wait_for_agents", progress=on_progress, **arguments)
             except Exception as exc:  # noqa: BLE001 - a transport error is the finding this test looks for
                 return exc, exc
             if first.get("error") != "unavailable":

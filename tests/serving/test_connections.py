@@ -156,7 +156,7 @@ SECRET = "Query-T0ken-Never-Logged"
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory) -> Iterator[Running]:
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """A server whose HTTP token is SECRET (one for both places a client may put it: its log only grows)."""
     with http_server(tmp_path_factory.mktemp("guarded"), env=clean_env(FLEET_MCP_AUTH_TOKEN=SECRET)) as server:
         yield server

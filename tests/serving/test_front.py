@@ -13,7 +13,7 @@ import pytest
 from fleet_mcp.serving.front import Health
 from fleet_mcp.serving.http import Drain
 from fleet_mcp.serving.preflight import known_variables, unknown_settings
-from tests.processes import SERVER, WAIT_S, clean_env, emulator_process, http_server, per_user_server
+from tests.processes import SERVER, WAIT_S, Running, clean_env, emulator_process, http_server, per_user_server
 from tests.support import TOKEN
 
 pytestmark = pytest.mark.system
@@ -30,7 +30,7 @@ def server(tmp_path_factory):
         yield running
 
 
-def root(running) -> str:
+def root(running: Running) -> str:
     return running.url.removesuffix("/mcp")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -17,6 +18,7 @@ import pytest
 from fastmcp.server.auth import AccessToken
 from starlette.requests import Request
 
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.serving.guesses import Guesses, address_key
 from fleet_mcp.serving.tokens import LIMITED, CoderTokens
 from fleet_mcp.serving.users import Users, key_of
@@ -90,7 +92,7 @@ def test_an_ipv6_client_counts_by_its_64_and_memory_is_bounded():
 # --- the verifier, in-process over the emulator -------------------------------------------------------------------
 
 @contextmanager
-def from_address(host: str):
+def from_address(host: str) -> Iterator[None]:
     """Verify as if the HTTP request came from `host` (what FastMCP's request context holds in a server)."""
     from fastmcp.server.http import set_http_request
 
@@ -99,7 +101,7 @@ def from_address(host: str):
         yield
 
 
-def coder_checks(emulator) -> int:
+def coder_checks(emulator: Emulator) -> int:
     return emulator.backend.requests[USERS_ME]
 
 

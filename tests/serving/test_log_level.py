@@ -17,7 +17,7 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 
 
-def serve_once(tmp_path, **env: str) -> subprocess.CompletedProcess:
+def serve_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """The server over stdio against its emulator: one initialize, then stdin ends and it stops."""
     return subprocess.run([*SERVER, "--emulator"], input=json.dumps(INIT) + "\n", capture_output=True, text=True,
                           timeout=WAIT_S, env=clean_env(**env), cwd=tmp_path, check=False)

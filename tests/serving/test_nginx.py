@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ class Load:
         self.halfway = asyncio.Event()
 
     async def call(self, user: str, tools: Tools, tool: str, expect: str | None = None, also: str | None = None,
-                   **arguments) -> dict:
+                   **arguments: Any) -> dict:
         t0 = time.perf_counter()
         try:
             answer = await tools(tool, **arguments)

@@ -17,8 +17,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from fleet_mcp import __version__
-from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, refusal
-from tests.support import TOOLS, emulator_thread
+from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, pipes, refusal
+from tests.support import TOOLS, emulator_thread, first_text
 
 pytestmark = pytest.mark.system
 
@@ -30,6 +30,7 @@ async def tour(session: ClientSession, era: str) -> None:
     """The same calls in either era: what an orchestrator does first."""
     await getattr(session, era)()
     assert session.protocol_version == ERAS[era]
+    assert session.server_info is not None
     assert (session.server_info.name, session.server_info.version) == ("fleet-mcp", __version__)
     assert {t.name for t in (await session.list_tools()).tools} == TOOLS
     projects = await session.call_tool("list_agent_projects", {})
@@ -43,7 +44,7 @@ async def tour(session: ClientSession, era: str) -> None:
     assert [a["name"] for a in listed.structured_content["agents"]] == ["scout"]
     missing = await session.call_tool("show_agent", {"agent_name": "ghost"})
     assert missing.is_error
-    envelope = json.loads(missing.content[0].text)
+    envelope = json.loads(first_text(missing.content))
     assert set(envelope) == {"error", "message", "details"} and envelope["error"] == "not_found"
 
 
@@ -63,7 +64,9 @@ async def test_stdio_serves_the_tools_in_both_eras(era):
 def test_stdio_stdout_carries_nothing_but_protocol():
     proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=clean_env())
-    out, err = Lines(proc.stdout), Lines(proc.stderr)
+    stdin, stdout = pipes(proc)
+    assert proc.stderr is not None
+    out, err = Lines(stdout), Lines(proc.stderr)
     requests = [
         ("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                         "clientInfo": {"name": "by-hand", "version": "0"}}),
@@ -75,17 +78,17 @@ def test_stdio_stdout_carries_nothing_but_protocol():
     answers = []
     try:
         for i, (method, params) in enumerate(requests, 1):
-            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n")
+            stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + "\n")
             if method == "initialize":
-                proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-            proc.stdin.flush()
+                stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+            stdin.flush()
             while True:  # notifications may come first; every line must be JSON-RPC
-                message = json.loads(out.next())
+                message = json.loads(out.line())
                 assert message["jsonrpc"] == "2.0"
                 if message.get("id") == i:
                     answers.append(message)
                     break
-        proc.stdin.close()  # EOF ends a stdio server
+        stdin.close()  # EOF ends a stdio server
         trailing = out.rest()
         proc.wait(timeout=WAIT_S)
     finally:
@@ -130,7 +133,7 @@ async def tour_again(session: ClientSession, era: str) -> None:
     shown = await session.call_tool("show_agent", {"agent_name": "scout"})
     assert not shown.is_error and shown.structured_content["agent"]["project"] == "fleet-demo"
     missing = await session.call_tool("show_agent", {"agent_name": "ghost"})
-    assert missing.is_error and json.loads(missing.content[0].text)["error"] == "not_found"
+    assert missing.is_error and json.loads(first_text(missing.content))["error"] == "not_found"
 
 
 # --- start-up failures --------------------------------------------------------------

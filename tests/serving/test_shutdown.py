@@ -20,11 +20,13 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
 
 from fleet_mcp.serving.run import GRACE_S
 from tests.processes import SERVER, WAIT_S, clean_env, http_server
@@ -76,7 +78,7 @@ class Stdio:
 
 
 @contextlib.asynccontextmanager
-async def stdio_server(tmp_path, **env: str) -> AsyncIterator[Stdio]:
+async def stdio_server(tmp_path: Path, **env: str) -> AsyncIterator[Stdio]:
     """`fleet-mcp --emulator` over stdio, initialized; killed if a test leaves it running."""
     with open(tmp_path / "stderr.log", "w+") as errlog:
         proc = await asyncio.create_subprocess_exec(*SERVER, "--emulator", stdin=asyncio.subprocess.PIPE,
@@ -157,7 +159,7 @@ def test_http_call_in_flight_finishes_then_exit_0_on_sigterm(tmp_path):
     assert "ASGI callable returned without completing response" not in logs  # the GET stream ended cleanly
 
 
-async def slow_call_then_signal(url: str, proc: subprocess.Popen, sig: signal.Signals):
+async def slow_call_then_signal(url: str, proc: subprocess.Popen[bytes], sig: signal.Signals) -> tuple[float, CallToolResult]:
     async with (asyncio.timeout(WAIT_S), streamable_http_client(url, terminate_on_close=False) as (read, write),
                 ClientSession(read, write) as session):
         await session.initialize()

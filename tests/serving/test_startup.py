@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,7 +25,7 @@ SECRET = "s3cr3t-t0ken-do-not-print"
 PASSWORD = "hunter2-pa55word"
 
 
-def one_line_exit_2(args: list[str], env: dict[str, str], cwd) -> str:
+def one_line_exit_2(args: list[str], env: dict[str, str], cwd: Path) -> str:
     done = subprocess.run([*SERVER, *args], env=clean_env(**env), cwd=cwd, capture_output=True, text=True,
                           timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 2, done.stderr

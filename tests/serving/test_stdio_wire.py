@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped
+from tests.processes import MODERN, SERVER, WAIT_S, clean_env, modern_call, piped, pipes
 
 pytestmark = pytest.mark.system
 
@@ -67,12 +67,13 @@ def test_an_odd_id_does_not_delay_shutdown(tmp_path):
     with open(tmp_path / "stderr.log", "w") as err:
         proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err, env=clean_env())
+    stdin, stdout = pipes(proc)
     try:
-        proc.stdin.write(b'{"jsonrpc":"2.0","id":7.0,"method":"tools/list"}\n')
-        proc.stdin.write((modern_call(1, "list_agents", {}) + "\n").encode())
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["error"]["code"] == -32600
-        assert json.loads(proc.stdout.readline())["id"] == 1  # serving, and past the odd id
+        stdin.write(b'{"jsonrpc":"2.0","id":7.0,"method":"tools/list"}\n')
+        stdin.write((modern_call(1, "list_agents", {}) + "\n").encode())
+        stdin.flush()
+        assert json.loads(stdout.readline())["error"]["code"] == -32600
+        assert json.loads(stdout.readline())["id"] == 1  # serving, and past the odd id
         signalled_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT_S) == 0
@@ -92,13 +93,14 @@ def test_a_cancelled_request_does_not_hold_up_the_stop(tmp_path):
     with open(tmp_path / "stderr.log", "w") as err:
         proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 env=clean_env(FLEET_MCP_POLL_INTERVAL_S="30"))
+    stdin, stdout = pipes(proc)
     try:
-        proc.stdin.write((create + "\n").encode())
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["id"] == 1
-        proc.stdin.write((delete + "\n").encode())  # polls every 30 s: it would outlast the grace
-        proc.stdin.write((cancel + "\n").encode())
-        proc.stdin.close()
+        stdin.write((create + "\n").encode())
+        stdin.flush()
+        assert json.loads(stdout.readline())["id"] == 1
+        stdin.write((delete + "\n").encode())  # polls every 30 s: it would outlast the grace
+        stdin.write((cancel + "\n").encode())
+        stdin.close()
         closed_at = time.monotonic()
         assert proc.wait(WAIT_S) == 0
         assert time.monotonic() - closed_at < 3  # not the 5 s grace
@@ -119,16 +121,17 @@ def test_every_request_is_answered_whatever_its_bytes_and_closing_stdin_stops_at
     with open(tmp_path / "stderr.log", "w") as err:
         proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err, env=clean_env())
+    stdin, stdout = pipes(proc)
     try:
-        proc.stdin.write((modern_call(1, "list_agents", {}) + "\n").encode())
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["id"] == 1  # serving
-        proc.stdin.write(b"\n".join((surrogate, not_utf8, garbage)) + b"\n")
-        proc.stdin.close()
+        stdin.write((modern_call(1, "list_agents", {}) + "\n").encode())
+        stdin.flush()
+        assert json.loads(stdout.readline())["id"] == 1  # serving
+        stdin.write(b"\n".join((surrogate, not_utf8, garbage)) + b"\n")
+        stdin.close()
         closed_at = time.monotonic()
         assert proc.wait(WAIT_S) == 0
         took = time.monotonic() - closed_at
-        got = [json.loads(line) for line in proc.stdout.read().splitlines()]
+        got = [json.loads(line) for line in stdout.read().splitlines()]
     finally:
         if proc.poll() is None:
             proc.kill()

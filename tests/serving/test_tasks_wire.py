@@ -23,7 +23,8 @@ from tests.processes import (
     per_user_server,
     stop,
 )
-from tests.support import ALICE_TOKEN, TOKEN, TasksClient, Tools, emulator_thread
+from tests.support import ALICE_TOKEN, TOKEN, Tools, emulator_thread
+from tests.tasks_client import TasksClient
 
 pytestmark = pytest.mark.system
 

@@ -7,12 +7,30 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, emulator_process, per_user_server, refusal
+from tests.processes import (
+    INIT,
+    MCP_HEADERS,
+    SERVER,
+    WAIT_S,
+    Running,
+    clean_env,
+    emulator_process,
+    per_user_server,
+    refusal,
+)
 from tests.support import ALICE_TOKEN, TOKEN, Tools, http_tools
+
+if TYPE_CHECKING:
+    from fleet_mcp.emulator import Emulator
+    from fleet_mcp.serving.tokens import CoderTokens
+    from fleet_mcp.serving.users import Users
 
 pytestmark = pytest.mark.system
 
@@ -31,13 +49,19 @@ def coder():
         yield emulated
 
 
+@dataclass
+class Team(Running):
+    """The per-user server and its audit log (FLEET_MCP_AUDIT_LOG)."""
+
+    audit: Path
+
+
 @pytest.fixture(scope="module")
 def server(coder, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("team")
     with per_user_server(tmp, coder.url, FLEET_MCP_AUDIT_LOG=str(tmp / "audit.jsonl"),
                          FLEET_MCP_WAIT_POLL_INTERVAL_S="0.2", FLEET_MCP_PROGRESS_INTERVAL_S="0.2") as running:
-        running.audit = tmp / "audit.jsonl"
-        yield running
+        yield Team(**vars(running), audit=tmp / "audit.jsonl")
 
 
 async def test_each_user_sees_and_touches_only_their_own_fleet(server):
@@ -144,7 +168,7 @@ async def test_progress_reaches_the_client_over_stateless_http(server):
 
     async with http_tools(server.url, ALICE_TOKEN) as client:
         tools = Tools(client)
-        answer = await tools("wait_for_agents", progress, agent_names=["alice-agent"], until="stopped", timeout_s=1.5)
+        answer = await tools("wait_for_agents", progress=progress, agent_names=["alice-agent"], until="stopped", timeout_s=1.5)
     assert answer["timed_out"] is True and answer["agents"][0]["name"] == "alice-agent", answer
     assert said and all((done, total) == (0, 1) for done, total, _ in said) and "waiting" in (said[0][2] or "")
 
@@ -166,28 +190,35 @@ def test_the_team_guide_quotes_the_nginx_configuration_the_tests_run():
 
 # --- the verifier and the registry, in-process over the emulator ----------------------------------------------
 
-async def _verified(emulator, **settings):
+async def _verified(emulator: Emulator, **settings: int) -> tuple[Users, CoderTokens]:
     from fleet_mcp.serving.tokens import CoderTokens
     from fleet_mcp.serving.users import Users
     from fleet_mcp.settings import Settings
 
-    values = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
+    values: dict[str, Any] = {"coder_url": "http://coder.test", "auth": "coder", "retry_budget_s": 0, **settings}
     users = Users(Settings(**values), transport=httpx.ASGITransport(app=emulator.app))
     return users, CoderTokens(users)
+
+
+async def claims_of(verifier: CoderTokens, token: str) -> dict[str, Any]:
+    """The claims of a token the verifier accepts."""
+    accepted = await verifier.verify_token(token)
+    assert accepted is not None, "the verifier refused the token"
+    return accepted.claims
 
 
 async def test_the_verifier_names_users_and_refuses_unknown_and_revoked_tokens(emulator):
     users, verifier = await _verified(emulator, auth_cache_s=0)
     try:
-        demo, alice = await verifier.verify_token(TOKEN), await verifier.verify_token(ALICE_TOKEN)
-        assert (demo.claims["username"], alice.claims["username"]) == ("demo", "alice")
+        demo, alice = await claims_of(verifier, TOKEN), await claims_of(verifier, ALICE_TOKEN)
+        assert (demo["username"], alice["username"]) == ("demo", "alice")
         assert await verifier.verify_token("not-a-token") is None
         assert await verifier.verify_token("") is None
         assert len(users) == 2  # a refused token keeps nothing
         # Revoked in Coder (expired, deleted): refused at the next check.
         next(u for u in emulator.backend.users.values() if u.username == "alice").tokens.discard(ALICE_TOKEN)
         assert await verifier.verify_token(ALICE_TOKEN) is None
-        assert (await verifier.verify_token(TOKEN)).claims["username"] == "demo"
+        assert (await claims_of(verifier, TOKEN))["username"] == "demo"
     finally:
         await users.aclose()
 
@@ -195,7 +226,7 @@ async def test_the_verifier_names_users_and_refuses_unknown_and_revoked_tokens(e
 async def test_a_checked_token_is_trusted_for_the_cache_time_then_asked_again(emulator):
     users, verifier = await _verified(emulator, auth_cache_s=60)
     try:
-        assert (await verifier.verify_token(ALICE_TOKEN)).claims["username"] == "alice"
+        assert (await claims_of(verifier, ALICE_TOKEN))["username"] == "alice"
         asked = users.services(ALICE_TOKEN).meter.total
         await verifier.verify_token(ALICE_TOKEN)
         assert users.services(ALICE_TOKEN).meter.total == asked  # within the cache time: Coder is not asked

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.runners import disk, needs_sdk, runner_fleet
-from tests.support import TasksClient
+from tests.tasks_client import TasksClient
 
 pytestmark = [pytest.mark.system, needs_sdk]
 

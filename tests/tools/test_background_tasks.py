@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from fastmcp.client.transports import FastMCPTransport
 
-from tests.support import CheckedTransport, TasksClient, Tools, fleet_settings
+from fleet_mcp.emulator import Emulator
+from tests.support import CheckedTransport, Tools, fleet_settings
+from tests.tasks_client import TasksClient
+
+if TYPE_CHECKING:
+    from fastmcp import FastMCP
 
 PER_POLL = {"per_request": 0.5}
 
@@ -29,13 +35,13 @@ async def served(emulator, conformance):
     server = build_server(fleet_settings(), transport=CheckedTransport(httpx.ASGITransport(app=emulator.app),
                                                                        conformance))
 
-    def connect(tasks: TasksClient | None = None):
+    def connect(tasks: TasksClient | None = None) -> Client[FastMCPTransport]:
         return Client(server, extensions=[tasks.extension()] if tasks else None)
 
     return connect
 
 
-async def make(tools, emulator, coder, *agents: tuple[str, str]) -> None:
+async def make(tools: Tools, emulator: Emulator, coder: httpx.AsyncClient, *agents: tuple[str, str]) -> None:
     for name, spec in agents:
         await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(5)
@@ -125,7 +131,7 @@ async def test_another_server_answers_the_id_and_another_user_cannot(served, emu
                                                  allow_claimed=True)
     task_id = created.task_id
 
-    def another(**settings):
+    def another(**settings: str) -> FastMCP:
         return build_server(fleet_settings(**settings),
                             transport=CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
 

@@ -21,7 +21,8 @@ import concurrent.futures
 import json
 import logging
 import threading
-from typing import Any, cast
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar, cast
 
 import httpx
 import jsonschema
@@ -34,6 +35,8 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
 from tests.conformance import Conformance
 from tests.support import TOKEN, TOOLS, CheckedTransport, fleet_settings
+
+T = TypeVar("T")
 
 ERRORS = {"bad_request", "not_found", "conflict", "unavailable", "unauthorized"}
 WORKER = "worker"  # the token user's one fleet agent (idle)
@@ -92,7 +95,7 @@ class Rig:
         self.thread.join(timeout=30)
         self.loop.close()
 
-    def _run(self, coro) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
 
     def snapshot(self) -> tuple:
@@ -127,7 +130,7 @@ class Rig:
 
 
 @pytest.fixture
-def rig(request: pytest.FixtureRequest):
+def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     # fastmcp's console handlers would print a warning per refused call: thousands of lines.
     console = [(h, h.level) for h in logging.getLogger("fastmcp").handlers]
     for handler, _ in console:

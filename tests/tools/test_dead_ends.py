@@ -9,13 +9,15 @@ import httpx
 import pytest
 from fastmcp import Client
 
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.errors import FORMS
 from fleet_mcp.server import build_server
+from tests.conformance import Conformance
 from tests.support import CheckedTransport, Tools, fleet_settings
 
 
 @pytest.fixture
-async def served(emulator, conformance) -> AsyncIterator[Tools]:
+async def served(emulator: Emulator, conformance: Conformance) -> AsyncIterator[Tools]:
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     async with Client(build_server(fleet_settings(), transport=transport)) as client:
         yield Tools(client)

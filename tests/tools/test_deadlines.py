@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,6 +22,7 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
 from fleet_mcp.serving.services import Services
+from fleet_mcp.settings import Settings
 from tests.processes import free_port
 from tests.support import CheckedTransport, Tools, fleet_settings
 
@@ -52,7 +54,8 @@ async def worst_cases(url: str) -> dict[str, tuple[float, float, str]]:
     async with Client(build_server(settings)) as client:
         tools = Tools(client)
 
-        async def timed(name: str, arguments: Any, deadline) -> tuple[float, float, str]:
+        async def timed(name: str, arguments: Any, deadline: Callable[[Settings, dict[str, Any]], float]
+                        ) -> tuple[float, float, str]:
             started = time.monotonic()
             answer = await tools(name, **arguments)
             return time.monotonic() - started, deadline(settings, arguments), answer.get("error", "ok")
@@ -92,7 +95,7 @@ async def test_cancel_answers_within_its_wait_with_the_agent_status_stalling(emu
         await _cancel_with_status_stalling(Tools(client), emulator, wait, capsys)
 
 
-async def _cancel_with_status_stalling(tools: Tools, emulator: Emulator, wait: float, capsys) -> None:
+async def _cancel_with_status_stalling(tools: Tools, emulator: Emulator, wait: float, capsys: pytest.CaptureFixture[str]) -> None:
     await tools("create_agent", name="stuck", project="fleet-demo", spec="Forever [[hang]]")
     emulator.advance(30)
     faults = emulator.control.faults

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import msgspec
 
 from fleet_mcp.coder.schemas import Workspace
@@ -11,7 +12,7 @@ from fleet_mcp.coder.schemas import Workspace
 SPEC = "Tidy the README."
 
 
-async def slim(coder, on: bool = True) -> None:
+async def slim(coder: httpx.AsyncClient, on: bool = True) -> None:
     r = await coder.post("/emulator/answers", json={"app_statuses": not on})
     assert r.json() == {"app_statuses": not on}
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.mark.parametrize(**cases("writes"))
-async def test_fault(rig: Rig, fault: str, tool: str, caplog, capfd) -> None:
+async def test_fault(rig: Rig, fault: str, tool: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
     await run_case(rig, fault, tool, caplog, capfd)
 
 

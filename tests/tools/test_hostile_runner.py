@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from tests.support import runner_agent
@@ -27,7 +28,7 @@ def flood(head: str, tail: str, size: int) -> str:
     return head + ",".join(["{}"] * ((size - len(head) - len(tail)) // 3)) + tail
 
 
-async def stand_in(coder, agent: str, route: str, body: str) -> None:
+async def stand_in(coder: httpx.AsyncClient, agent: str, route: str, body: str) -> None:
     made = await coder.post("/emulator/faults", json={"match": f"GET /@demo/{agent}.*/apps/fleet/{route}",
                                                       "kind": "garbage", "body": body})
     assert made.status_code == 201, made.text

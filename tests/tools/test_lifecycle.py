@@ -6,14 +6,16 @@ import asyncio
 
 import httpx
 from fastmcp import Client
+from fastmcp.client.transports import FastMCPTransport
 
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
 from tests.support import CheckedTransport, Tools, fleet_settings
 
 SPEC = "Tidy the docs [[finish:1]]"
 
 
-async def make(tools, emulator, *names: str, settle: float = 60) -> None:
+async def make(tools: Tools, emulator: Emulator, *names: str, settle: float = 60) -> None:
     for name in names:
         await tools("create_agent", name=name, project="fleet-demo", spec=SPEC)
     emulator.advance(settle)
@@ -56,7 +58,7 @@ async def test_a_stopped_agent_is_deleted_without_a_start(tools, emulator, coder
 
 
 async def test_the_cap_holds_across_two_servers(emulator, conformance):
-    def server():
+    def server() -> Client[FastMCPTransport]:
         transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
         return Client(build_server(fleet_settings(max_agents=3), transport=transport))
 
@@ -79,7 +81,7 @@ async def test_concurrent_creates_on_two_servers_never_pass_the_cap(emulator, co
     """Issue 22 item 4: twelve creates at once through two servers, two places left under the cap."""
     emulator.backend.time_per_request = 0.2  # Coder's time moves as the servers poll (a cancel takes 0.5 s)
 
-    def server():
+    def server() -> Client[FastMCPTransport]:
         transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
         return Client(build_server(fleet_settings(max_agents=3), transport=transport))
 
@@ -110,7 +112,7 @@ async def test_a_held_count_never_lets_the_fleet_past_the_cap(emulator, conforma
     """Issue 21: a server's held count misses what other servers made since; the confirmation still holds."""
     emulator.backend.time_per_request = 0.2
 
-    def server():
+    def server() -> Client[FastMCPTransport]:
         transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
         return Client(build_server(fleet_settings(max_agents=4), transport=transport))
 
@@ -143,7 +145,7 @@ async def test_a_held_count_never_lets_the_fleet_past_the_cap(emulator, conforma
 async def test_a_stale_held_count_at_a_full_fleet_builds_and_takes_back(emulator, conformance, coder):
     emulator.backend.time_per_request = 0.2  # Coder's time moves as the take-back waits for the build
 
-    def server():
+    def server() -> Client[FastMCPTransport]:
         transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
         return Client(build_server(fleet_settings(max_agents=3), transport=transport))
 

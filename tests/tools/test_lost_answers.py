@@ -6,20 +6,25 @@ without reaching it. Either way the tool answers what really happened.
 
 from __future__ import annotations
 
+import httpx
+
+from fleet_mcp.emulator import Emulator
+from tests.support import Tools
+
 LOST = {"kind": "truncate", "count": 1}  # the write happened; its answer did not arrive whole
 REFUSED = {"kind": "status", "code": 503, "count": 1}  # the write never got there
 
 
-async def make(tools, emulator, name: str, spec: str) -> None:
+async def make(tools: Tools, emulator: Emulator, name: str, spec: str) -> None:
     await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(30)
 
 
-async def fault(coder, match: str, rule: dict) -> None:
+async def fault(coder: httpx.AsyncClient, match: str, rule: dict) -> None:
     assert (await coder.post("/emulator/faults", json={"match": match, **rule})).status_code == 201
 
 
-async def copies(tools, name: str, text: str) -> int:
+async def copies(tools: Tools, name: str, text: str) -> int:
     log = await tools("show_agent_log", agent_name=name, page_size=100)
     return sum(m["content"] == text for m in log["messages"])
 

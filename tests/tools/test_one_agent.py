@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from tests.support import runner_agent
@@ -19,7 +20,7 @@ def app_mode() -> str:
     return "path"
 
 
-async def report(coder, token: str, **status) -> None:
+async def report(coder: httpx.AsyncClient, token: str, **status: object) -> None:
     r = await coder.patch(APP_STATUS, json={"app_slug": "fleet", "message": "", "uri": "", **status},
                           headers={"Coder-Session-Token": token})
     assert r.status_code == 200, r.text
@@ -42,13 +43,13 @@ async def test_a_far_future_prompt_time_costs_only_its_agent(tools, coder, emula
     assert "error" not in waited and waited["met"] == ["liar"], waited
 
 
-async def fault(coder, match: str, kind: str, **params) -> str:
+async def fault(coder: httpx.AsyncClient, match: str, kind: str, **params: object) -> str:
     made = await coder.post("/emulator/faults", json={"match": match, "kind": kind, **params})
     assert made.status_code == 201, made.text
     return made.json()["id"]
 
 
-async def fired(coder, rule: str) -> int:
+async def fired(coder: httpx.AsyncClient, rule: str) -> int:
     return next(f["fired"] for f in (await coder.get("/emulator/faults")).json()["faults"] if f["id"] == rule)
 
 

@@ -9,16 +9,19 @@ import asyncio
 
 import pytest
 
+from fleet_mcp.emulator import Emulator
+from tests.support import Tools
+
 PER_POLL = {"per_request": 0.5}  # virtual seconds that pass with each request the fleet makes
 
 
-async def make(tools, emulator, *agents: tuple[str, str], settle: float = 30) -> None:
+async def make(tools: Tools, emulator: Emulator, *agents: tuple[str, str], settle: float = 30) -> None:
     for name, spec in agents:
         await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(settle)
 
 
-def listings(emulator) -> int:
+def listings(emulator: Emulator) -> int:
     return emulator.backend.requests["GET /api/v2/workspaces"]
 
 

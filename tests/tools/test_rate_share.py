@@ -6,6 +6,7 @@ import asyncio
 
 import httpx
 from fastmcp import Client
+from starlette.types import ASGIApp
 
 from fleet_mcp.server import build_server
 from tests.support import Tools, fleet_settings
@@ -16,7 +17,7 @@ BUDGET = 10  # requests a minute: FLEET_MCP_RATE_SHARE = 10/512
 class Counted(httpx.AsyncBaseTransport):
     """The emulator in-process, with the count of requests the fleet sent it (as Coder's rate limiter counts)."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.inner = httpx.ASGITransport(app=app)
         self.sent = 0
 
@@ -52,7 +53,7 @@ async def test_a_burst_of_waits_stays_within_the_users_rate_share(emulator):
 
 async def test_background_looks_stay_within_the_users_rate_share(emulator):
     """tasks/get polled hard: past the user's share, looks answer from the listing last fetched."""
-    from tests.support import TasksClient
+    from tests.tasks_client import TasksClient
 
     counted = Counted(emulator.app)
     settings = fleet_settings(rate_share=BUDGET / 512, wait_poll_interval_s=0.01)

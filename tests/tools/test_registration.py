@@ -11,8 +11,10 @@ import pytest
 from fastmcp import Client
 
 from fleet_mcp import tools as tool_functions
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
 from fleet_mcp.serving.services import Services
+from tests.conformance import Conformance
 from tests.support import TOOLS, CheckedTransport, Tools, fleet_settings
 
 # Written out, not derived from the hints: a tool that changes the fleet must never appear here by accident.
@@ -21,7 +23,7 @@ READING = {"list_agents", "show_agent", "show_agents", "show_agent_task_history"
 
 
 @pytest.fixture
-def transport(emulator, conformance) -> CheckedTransport:
+def transport(emulator: Emulator, conformance: Conformance) -> CheckedTransport:
     return CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
 
 

@@ -11,9 +11,11 @@ import httpx
 import pytest
 from fastmcp import Client
 
-from fleet_mcp.emulator.coder.state import Preset
+from fleet_mcp.emulator import Emulator
+from fleet_mcp.emulator.coder.state import Preset, TemplateVersion
 from fleet_mcp.fleet import cap
 from fleet_mcp.server import build_server
+from tests.conformance import Conformance
 from tests.support import CheckedTransport, Tools, fleet_settings
 
 
@@ -36,7 +38,7 @@ class Concurrency(httpx.AsyncBaseTransport):
 
 
 @pytest.fixture
-async def measured(emulator, conformance) -> AsyncIterator[tuple[Tools, Concurrency]]:
+async def measured(emulator: Emulator, conformance: Conformance) -> AsyncIterator[tuple[Tools, Concurrency]]:
     transport = Concurrency(CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
     async with Client(build_server(fleet_settings(), transport=transport)) as client:
         yield Tools(client), transport
@@ -192,7 +194,7 @@ async def test_a_template_push_is_seen_at_once(measured, emulator):
     assert created["agent"]["role"] == "reviewer"
 
 
-def push(emulator, template_name: str = "fleet-demo", *, role: str | None = None):
+def push(emulator: Emulator, template_name: str = "fleet-demo", *, role: str | None = None) -> TemplateVersion:
     """A new active version of the template, as `coder templates push` makes (new ids for its presets);
     `role` adds one more role option and a preset for it."""
     b = emulator.backend

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 from tests.runners import all_met, disk, named, needs_sdk, runner_fleet, shared_runner_fleet
+from tests.support import Tools
 
 pytestmark = [pytest.mark.system, needs_sdk, pytest.mark.asyncio(loop_scope="module")]
 
@@ -26,7 +28,7 @@ async def test_a_runner_agent_through_its_turns(story, conformance, app_mode):
         await _through_its_turns(tools, coder)
 
 
-async def _through_its_turns(tools, coder):
+async def _through_its_turns(tools: Tools, coder: httpx.AsyncClient) -> None:
     made = await tools("create_agent", name="sdk-one", project="fleet-demo", spec="Write the notes",
                        model="haiku")
     assert (made["agent"]["status"], made["agent"]["current_task"]) == ("busy", "Write the notes")  # the contract

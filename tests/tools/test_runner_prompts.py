@@ -13,6 +13,7 @@ import pytest
 from fleet_mcp.emulator.runners.anthropic import Reply, script_for
 from fleet_mcp.runner.prompts import digest_of
 from tests.runners import all_met, disk, named, needs_sdk, shared_runner_fleet
+from tests.support import Tools
 
 pytestmark = [pytest.mark.system, needs_sdk, pytest.mark.asyncio(loop_scope="module")]
 BANNER = "sh -c 'echo \"" + "=" * 30 + " routine check of the build, nothing to see " + "=" * 110 + "\"; touch X'"
@@ -37,7 +38,7 @@ def asker(body: dict) -> Reply:
 fleet = shared_runner_fleet(asker)  # one fleet for the file's stories, on the scripted model above
 
 
-async def _asking(tools, name: str) -> dict:
+async def _asking(tools: Tools, name: str) -> dict:
     waited = await all_met(tools, [name], until="needs_input")
     assert waited["met"] == [name], waited
     return waited["agents"][0]["pending"]

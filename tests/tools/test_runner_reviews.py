@@ -5,6 +5,7 @@ the patch applies to a fresh clone of the seed, typed answers validate or fail, 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +17,11 @@ VERDICT = {"type": "object", "properties": {"verdict": {"enum": ["ship", "fix"]}
            "required": ["verdict", "score"]}
 
 
-def git(repo, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def numstat(repo, *spec: str) -> dict[str, tuple[int, int]]:
+def numstat(repo: Path, *spec: str) -> dict[str, tuple[int, int]]:
     """git's own count of lines added and removed per file."""
     rows = [line.split("\t") for line in git(repo, "diff", "--numstat", *spec).splitlines()]
     return {path: (int(a), int(r)) for a, r, path in rows}

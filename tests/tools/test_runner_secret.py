@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +17,7 @@ from tests.processes import per_user_server
 from tests.runners import all_met, fleet_server, needs_sdk, shared_runner_fleet
 from tests.support import ALICE_TOKEN, TOKEN, Tools, create_workspace, http_tools
 
-WAIT = {"timeout_s": 90}
+WAIT: dict[str, Any] = {"timeout_s": 90}
 SECRET = "runner-secret-of-the-fleet"
 SHARED = pytest.mark.asyncio(loop_scope="module")  # the fleet's event loop
 fleet = shared_runner_fleet(runner_secret=SECRET)  # one runner fleet for the file's two stories

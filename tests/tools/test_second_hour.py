@@ -9,12 +9,14 @@ import httpx
 import pytest
 from fastmcp import Client
 
+from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
+from tests.conformance import Conformance
 from tests.support import CheckedTransport, Tools, fleet_settings
 
 
 @pytest.fixture
-async def slow_polls(emulator, conformance) -> AsyncIterator[Tools]:
+async def slow_polls(emulator: Emulator, conformance: Conformance) -> AsyncIterator[Tools]:
     """The fleet's tools polling Coder once a second, promising progress five times as often."""
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     settings = fleet_settings(wait_poll_interval_s=1.0, progress_interval_s=0.2)
@@ -22,7 +24,7 @@ async def slow_polls(emulator, conformance) -> AsyncIterator[Tools]:
         yield Tools(client)
 
 
-async def make(tools, emulator, *agents: tuple[str, str]) -> None:
+async def make(tools: Tools, emulator: Emulator, *agents: tuple[str, str]) -> None:
     for name, spec in agents:
         await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(30)
@@ -70,7 +72,7 @@ async def test_the_cap_of_one_agent_says_agent(emulator, conformance):
     assert refused["message"].startswith("The fleet has 1 agent, its cap (FLEET_MCP_MAX_AGENTS=1).")
 
 
-async def statuses(tools, name: str) -> set[str]:
+async def statuses(tools: Tools, name: str) -> set[str]:
     """What every tool that describes one agent says of it, in one moment (the virtual clock stands still)."""
     listed = next(a["status"] for a in (await tools("list_agents"))["agents"] if a["name"] == name)
     shown = (await tools("show_agent", agent_name=name))["agent"]["status"]

@@ -5,6 +5,7 @@ modes: see the `app_mode` fixture in conftest.py.)"""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ from fleet_mcp.coder.apps import App, ConnectTo
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.server import build_server
+from tests.conformance import Conformance
 from tests.support import APP_HOST, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 SPEC = "Tidy the README."
@@ -36,7 +38,7 @@ class Hosts(httpx.AsyncBaseTransport):
 
 
 @pytest.fixture
-async def fleet(emulator: Emulator, conformance) -> AsyncIterator[tuple[Tools, Hosts]]:
+async def fleet(emulator: Emulator, conformance: Conformance) -> AsyncIterator[tuple[Tools, Hosts]]:
     hosts = Hosts(CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance))
     async with Client(build_server(fleet_settings(), transport=hosts)) as client:
         yield Tools(client), hosts
@@ -117,7 +119,7 @@ async def test_connect_to_reaches_a_wildcard_host_no_dns_knows(conformance):
             assert "error" not in sent, sent
 
 
-def self_signed(where, name: str):
+def self_signed(where: Path, name: str) -> tuple[Path, Path]:
     """A certificate for `name` and its key, as PEM files (the certificate is its own authority)."""
     import datetime
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
@@ -40,7 +41,7 @@ class Story:
         self.tools, self.impostor = tools, impostor
         self.reached: dict[str, int] = {}
 
-    async def __call__(self, tool: str, **arguments) -> dict:
+    async def __call__(self, tool: str, **arguments: Any) -> dict:
         before = len(self.impostor.seen)
         answer = await self.tools(tool, **arguments)
         self.reached[tool] = self.reached.get(tool, 0) + len(self.impostor.seen) - before
@@ -51,7 +52,7 @@ class Story:
 
 
 @asynccontextmanager
-async def fleet_tools(transport: httpx.AsyncBaseTransport, auth: str, **settings) -> AsyncIterator[Tools]:
+async def fleet_tools(transport: httpx.AsyncBaseTransport, auth: str, **settings: Any) -> AsyncIterator[Tools]:
     """The fleet's tools on the Coder `transport` reaches: in memory with the server's token, or over HTTP (on
     loopback, in this process) with the caller's own token (FLEET_MCP_AUTH=coder)."""
     from fastmcp import Client

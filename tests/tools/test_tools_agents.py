@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
+
+from fleet_mcp.emulator import Emulator
+from tests.support import Tools
 
 SPEC = "Refactor the billing module."
 OUTSIDERS = ["hand-made", "dev-box", "alice-agent"]  # made by hand, plain, another user's
 
 
-async def make(tools, emulator, *names: str, spec: str = SPEC, settle: float = 30) -> None:
+async def make(tools: Tools, emulator: Emulator, *names: str, spec: str = SPEC, settle: float = 30) -> None:
     for name in names:
         await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(settle)
@@ -120,7 +124,7 @@ async def test_outsiders_are_never_touched(tools, emulator, coder, name):
     assert name not in [a["name"] for a in (await tools("list_agents"))["agents"]]
 
 
-async def fleet_requests(tools, coder) -> int:
+async def fleet_requests(tools: Tools, coder: httpx.AsyncClient) -> int:
     await coder.delete("/emulator/requests")
     await tools("list_agents")
     return (await coder.get("/emulator/requests")).json()["total"]

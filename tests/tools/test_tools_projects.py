@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from tests.support import create_workspace
@@ -9,7 +10,7 @@ from tests.support import create_workspace
 SPEC = "Implement OAuth2 login. Include tests."
 
 
-async def workspace_names(coder) -> list[str]:
+async def workspace_names(coder: httpx.AsyncClient) -> list[str]:
     r = await coder.get("/api/v2/workspaces")
     return sorted(w["name"] for w in r.json()["workspaces"])
 

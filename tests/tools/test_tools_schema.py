@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import TOOLS
+from tests.support import TOOLS, Tools
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
-async def listed(tools) -> list[dict]:
+async def listed(tools: Tools) -> list[dict]:
     return [
         {"name": t.name, "title": t.title, "description": t.description,
          "annotations": t.annotations.model_dump(exclude_none=True, by_alias=True) if t.annotations else None,

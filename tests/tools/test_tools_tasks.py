@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
+from fleet_mcp.emulator import Emulator
+from tests.support import Tools
 
-async def make(tools, emulator, name: str, spec: str, settle: float = 30) -> None:
+
+async def make(tools: Tools, emulator: Emulator, name: str, spec: str, settle: float = 30) -> None:
     await tools("create_agent", name=name, project="fleet-demo", spec=spec)
     emulator.advance(settle)
 
 
-async def polls_move_time(coder, seconds: float = 0.1) -> None:
+async def polls_move_time(coder: httpx.AsyncClient, seconds: float = 0.1) -> None:
     await coder.post("/emulator/clock", json={"per_request": seconds})
 
 

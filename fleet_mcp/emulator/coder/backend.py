@@ -6,6 +6,7 @@ every refusal is an `ErrorAnswer` carrying Coder's status code and wording.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections import Counter, defaultdict, deque
@@ -39,7 +40,8 @@ class Backend:
     def __init__(self, *, clock: Clock | None = None, timings: Timings | None = None,
                  version: str = "v2.37.0+emulator") -> None:
         self.clock = clock or Clock()
-        self.timings = timings or Timings()
+        # Its own copy: the control API changes it, and REAL_TIME is shared by every emulator of a process.
+        self.timings = dataclasses.replace(timings) if timings else Timings()
         self.version = version
         self.lifecycle = Lifecycle(self.clock, self.timings)
         self.schedule = Schedule(self)
