@@ -15,7 +15,8 @@ time (`time.process_time`), median of the runs (`*_min_ms`: the least):
   the call); `decoder`: what the client decoded the listing with (`msgspec`: `coder.schemas`' structs);
 - references: the decoding alternatives on the same bytes (pydantic-core validating a lean pydantic model of
   the same fields, `model_validate_json`; each library scanning the JSON into a model without fields;
-  `json.loads`), and plain asyncio streams reading the bytes off the socket (with the fastest decode: the floor);
+  `json.loads`); plain asyncio streams reading the bytes off the socket, and a bare `httpx.AsyncClient.get`
+  of them (each with the fastest decode: the floors `floor_*`);
 - `same_as_lean`: list_agents over the real-sized listing answers what the summaries of the emulator's own
   lean listing of the same fleet say (the bulk read changes nothing); `statuses`: how many agents in each.
 """
@@ -215,6 +216,8 @@ async def measure(body: bytes, lean: bytes, url: str, runs: int, profile: bool) 
         reads = [await _client_read(client, url, len(body)) for _ in range(runs)]
         port = httpx.URL(url).port
         streams = [await _stream_read(port, len(body)) for _ in range(runs)]
+        async with httpx.AsyncClient() as bare:  # httpx as anyone would use it (1 MiB reads, as the server's)
+            gets = [await _bare_get(bare, url, len(body)) for _ in range(runs + 1)][1:]
     own = [fleet._summary(ws) for ws in decoder.decode(lean).workspaces]
 
     def parts() -> tuple[float, float, float]:
@@ -245,7 +248,18 @@ async def measure(body: bytes, lean: bytes, url: str, runs: int, profile: bool) 
             "reference_msgspec_scan_only_ms": cpu_ms(lambda: msgspec.json.decode(body, type=_NoStruct), runs),
             "reference_json_loads_ms": cpu_ms(lambda: json.loads(body), runs),
             "reference_asyncio_read_ms": round(statistics.median(streams) * 1e3, 1),
-            "floor_read_and_decode_ms": round(min(streams) * 1e3 + decode_floor, 1)}
+            "reference_httpx_get_ms": round(statistics.median(gets) * 1e3, 1),
+            "floor_read_and_decode_ms": round(min(streams) * 1e3 + decode_floor, 1),
+            "floor_httpx_get_and_decode_ms": round(min(gets) * 1e3 + decode_floor, 1)}
+
+
+async def _bare_get(client: httpx.AsyncClient, url: str, size: int) -> float:
+    """CPU seconds a bare `httpx.AsyncClient.get` of the listing takes, its body read (`.content`)."""
+    started = time.process_time()
+    got = (await client.get(url + "/api/v2/workspaces")).content
+    spent = time.process_time() - started
+    assert len(got) == size
+    return spent
 
 
 async def _client_read(client: CoderClient, url: str, size: int) -> float:

@@ -31,5 +31,6 @@ def test_the_listing_breakdown_reads_a_real_sized_listing():
     assert f["decoder"] == "msgspec" and f["same_as_lean"] is True and f["statuses"] == {"idle": 5}, f
     for figure in ("list_agents_ms", "read_ms", "decode_ms", "summaries_ms", "drop_ms", "reference_pydantic_lean_ms",
                    "reference_pydantic_scan_only_ms", "reference_msgspec_scan_only_ms", "reference_json_loads_ms",
-                   "reference_asyncio_read_ms", "floor_read_and_decode_ms"):
+                   "reference_asyncio_read_ms", "reference_httpx_get_ms", "floor_read_and_decode_ms",
+                   "floor_httpx_get_and_decode_ms"):
         assert number(f[figure], 0, 10_000), figure
