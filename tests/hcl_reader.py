@@ -64,7 +64,8 @@ def norm(value: Any) -> Any:
 def load(path: Path) -> dict:
     """The template at `path`, normalised."""
     with path.open() as f:
-        return norm(hcl2.load(f))
+        found: dict[str, Any] = norm(hcl2.load(f))
+        return found
 
 
 def as_list(value: Any) -> list:

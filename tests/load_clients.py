@@ -59,7 +59,8 @@ class Client:
         elapsed = time.perf_counter() - t0
         if not result.is_error:
             self.records.append(Record(tool, elapsed, "ok"))
-            return result.structured_content
+            found: dict[str, Any] | None = result.structured_content
+            return found
         text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
         try:
             envelope = json.loads(text)

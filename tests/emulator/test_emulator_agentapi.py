@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +30,8 @@ def app(name: str, rest: str = "") -> str:
 async def agent_status(coder: httpx.AsyncClient, name: str) -> str:
     r = await coder.get(app(name, "status"))
     assert r.status_code == 200, r.text
-    return r.json()["status"]
+    status: str = r.json()["status"]
+    return status
 
 
 async def until(coder: httpx.AsyncClient, emulator: Emulator, name: str, want: str, limit: float = 30) -> None:
@@ -49,7 +51,8 @@ async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: s
     assert r.status_code == 201, r.text
     for _ in range(80):
         if (await coder.get(app(name, "status"))).status_code == 200:
-            return r.json()
+            body: dict[str, Any] = r.json()
+            return body
         emulator.advance(0.25)
     raise AssertionError("AgentAPI never came up")
 
@@ -57,7 +60,8 @@ async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: s
 async def messages(coder: httpx.AsyncClient, name: str) -> list[dict]:
     r = await coder.get(app(name, "messages"))
     assert r.status_code == 200, r.text
-    return r.json()["messages"]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
 async def send(coder: httpx.AsyncClient, name: str, content: str, type: str = "user") -> httpx.Response:
@@ -80,7 +84,7 @@ async def latest(coder: httpx.AsyncClient, ws: dict) -> tuple[str, str, str]:
 def assert_problem(r: httpx.Response, status: int, detail: str, messages: list[str] | None = None) -> dict:
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/problem+json"
-    body = r.json()
+    body: dict[str, Any] = r.json()
     assert {k: body[k] for k in ("title", "status", "detail")} == {
         "title": {400: "Bad Request", 422: "Unprocessable Entity", 500: "Internal Server Error"}[status],
         "status": status, "detail": detail}

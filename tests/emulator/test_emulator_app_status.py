@@ -20,7 +20,7 @@ async def started(coder: httpx.AsyncClient, emulator: Emulator, name: str = "rep
     """A workspace whose agent has the app `fleet` (nothing in the emulator reports for it), up and running."""
     if (await coder.get("/api/v2/organizations/coder/templates/runner-agents")).status_code == 404:
         await coder.post("/emulator/templates", json={"name": "runner-agents", "apps": ["fleet"]})
-    ws = (await create_workspace(coder, name, template="runner-agents")).json()
+    ws: dict[str, Any] = (await create_workspace(coder, name, template="runner-agents")).json()
     emulator.advance(30)
     return ws
 
@@ -28,7 +28,8 @@ async def started(coder: httpx.AsyncClient, emulator: Emulator, name: str = "rep
 async def token_of(coder: httpx.AsyncClient, name: str) -> str:
     r = await coder.get(f"/emulator/agents/{name}/token")
     assert r.status_code == 200, r.text
-    return r.json()["token"]
+    token: str = r.json()["token"]
+    return token
 
 
 async def report(coder: httpx.AsyncClient, token: str | None, body: dict[str, Any]) -> httpx.Response:
@@ -38,7 +39,8 @@ async def report(coder: httpx.AsyncClient, token: str | None, body: dict[str, An
 
 
 async def workspace(coder: httpx.AsyncClient, ws_id: str) -> dict:
-    return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+    body: dict[str, Any] = (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+    return body
 
 
 def app_of(ws: dict, slug: str = "fleet") -> dict:

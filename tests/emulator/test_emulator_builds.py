@@ -14,7 +14,8 @@ FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Build things"}
 async def get(coder: httpx.AsyncClient, ws_id: str) -> dict:
     r = await coder.get(f"/api/v2/workspaces/{ws_id}")
     assert r.status_code == 200, r.text
-    return r.json()
+    body: dict[str, Any] = r.json()
+    return body
 
 
 def agent_of(ws: dict) -> dict | None:

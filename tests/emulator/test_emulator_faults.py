@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +35,8 @@ def on_socket(url: str, timeout: float = 2.0) -> httpx.AsyncClient:
 async def add_fault(client: httpx.AsyncClient, **rule: object) -> dict:
     r = await client.post("/emulator/faults", json=rule)
     assert r.status_code == 201, r.text
-    return r.json()
+    body: dict[str, Any] = r.json()
+    return body
 
 
 async def fired(client: httpx.AsyncClient) -> list[int]:

@@ -29,7 +29,8 @@ async def up(coder: httpx.AsyncClient, emulator: Emulator, name: str, template_n
 
 
 async def get(coder: httpx.AsyncClient, ws_id: str) -> dict:
-    return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+    body: dict[str, Any] = (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+    return body
 
 
 def when(stamp: str | None) -> datetime | None:

@@ -26,7 +26,7 @@ def recorded() -> RecordedShapes:
 @pytest.fixture
 async def rich(coder: httpx.AsyncClient, emulator: Emulator) -> dict:
     """A fleet workspace that ran its first turn: agent, apps and statuses present."""
-    ws = (await create_workspace(coder, "shapes", params={
+    ws: dict[str, Any] = (await create_workspace(coder, "shapes", params={
         "fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Shape up [[pr]]"})).json()
     emulator.advance(60)
     return ws

@@ -17,6 +17,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,8 @@ def figures() -> dict:
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout[:2000]
-    return json.loads(lines[0])
+    body: dict[str, Any] = json.loads(lines[0])
+    return body
 
 
 def number(value: object, low: float = 0.0, high: float = math.inf) -> bool:

@@ -57,7 +57,8 @@ TOKEN = "demo-token"
 
 @pytest.fixture(scope="module", params=DRIVERS)
 def kind(request: pytest.FixtureRequest) -> str:
-    return request.param
+    param: str = request.param
+    return param
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,8 @@ def case_arguments(case: str) -> dict:
 
 def case_agent(case: str) -> str:
     arguments = case_arguments(case)
-    return arguments.get("agent_name") or arguments["name"]
+    name: str = arguments.get("agent_name") or arguments["name"]
+    return name
 
 
 class HoldAnswer:

@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -69,12 +70,13 @@ class Stdio:
         while True:  # every stdout line is JSON-RPC; notifications may come first
             line = await asyncio.wait_for(self.stdout.readline(), WAIT_S)
             assert line, "stdout closed before the answer"
-            message = json.loads(line)
+            message: dict[str, Any] = json.loads(line)
             if message.get("id") == request_id:
                 return message
 
     async def call(self, tool: str, arguments: dict) -> dict:
-        return (await self.answer(await self.request("tools/call", {"name": tool, "arguments": arguments})))["result"]
+        result: dict[str, Any] = (await self.answer(await self.request("tools/call", {"name": tool, "arguments": arguments})))["result"]
+        return result
 
 
 @contextlib.asynccontextmanager

@@ -9,6 +9,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def ask(proc: subprocess.Popen, out: Lines, request_id: int, method: str, params
     while True:
         got = out.next(3 * WAIT_S)  # the first answer waits for the server to start (seconds on a busy machine)
         assert got is not None, "the server ended"
-        message = json.loads(got)
+        message: dict[str, Any] = json.loads(got)
         if message.get("id") == request_id:
             return message
 

@@ -41,7 +41,8 @@ fleet = shared_runner_fleet(asker)  # one fleet for the file's stories, on the s
 async def _asking(tools: Tools, name: str) -> dict:
     waited = await all_met(tools, [name], until="needs_input")
     assert waited["met"] == [name], waited
-    return waited["agents"][0]["pending"]
+    pending: dict[str, Any] = waited["agents"][0]["pending"]
+    return pending
 
 
 async def test_every_tool_shows_a_prompts_whole_input_and_a_cut_one_is_allowed_only_when_said(story):
