@@ -44,7 +44,7 @@ async def until(coder: httpx.AsyncClient, emulator: Emulator, name: str, want: s
     raise AssertionError(f"{name} never became {want}")
 
 
-async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: str = "", task: str = "") -> dict:
+async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: str = "", task: str = "") -> dict[str, Any]:
     """A fleet workspace whose AgentAPI answers (its first turn has just begun)."""
     params = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": spec, "fleet_mcp_current_task": task}
     r = await create_workspace(coder, name, params=params)
@@ -57,7 +57,7 @@ async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: s
     raise AssertionError("AgentAPI never came up")
 
 
-async def messages(coder: httpx.AsyncClient, name: str) -> list[dict]:
+async def messages(coder: httpx.AsyncClient, name: str) -> list[dict[str, Any]]:
     r = await coder.get(app(name, "messages"))
     assert r.status_code == 200, r.text
     messages: list[dict[str, Any]] = r.json()["messages"]
@@ -68,7 +68,7 @@ async def send(coder: httpx.AsyncClient, name: str, content: str, type: str = "u
     return await coder.post(app(name, "message"), json={"content": content, "type": type})
 
 
-async def history(coder: httpx.AsyncClient, ws: dict) -> list[tuple[str, str, str]]:
+async def history(coder: httpx.AsyncClient, ws: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The `ccw` app's statuses, newest first (from the newest start build), as (state, message, uri)."""
     builds = (await coder.get(f"/api/v2/workspaces/{ws['id']}/builds")).json()
     start = next(b for b in builds if b["transition"] == "start" and b["resources"])
@@ -76,12 +76,12 @@ async def history(coder: httpx.AsyncClient, ws: dict) -> list[tuple[str, str, st
     return [(s["state"], s["message"], s["uri"]) for s in ccw["statuses"]]
 
 
-async def latest(coder: httpx.AsyncClient, ws: dict) -> tuple[str, str, str]:
+async def latest(coder: httpx.AsyncClient, ws: dict[str, Any]) -> tuple[str, str, str]:
     s = (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()["latest_app_status"]
     return s["state"], s["message"], s["uri"]
 
 
-def assert_problem(r: httpx.Response, status: int, detail: str, messages: list[str] | None = None) -> dict:
+def assert_problem(r: httpx.Response, status: int, detail: str, messages: list[str] | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/problem+json"
     body: dict[str, Any] = r.json()
@@ -338,7 +338,7 @@ async def test_full_scripted_session(coder, emulator):
 
 # --- the event stream, on a real socket ---------------------------------------------
 
-async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict]]:
+async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     event, data = "", []
     async for line in response.aiter_lines():
         if line.startswith("event: "):
@@ -350,7 +350,7 @@ async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict]]:
             event, data = "", []
 
 
-async def take(events: AsyncIterator[tuple[str, dict]], n: int) -> list[tuple[str, dict]]:
+async def take(events: AsyncIterator[tuple[str, dict[str, Any]]], n: int) -> list[tuple[str, dict[str, Any]]]:
     return [await asyncio.wait_for(anext(events), 5) for _ in range(n)]
 
 

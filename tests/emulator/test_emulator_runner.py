@@ -182,7 +182,7 @@ async def test_real_runners_follow_their_workspaces(conformance):
     assert not root.exists()
 
 
-async def _runner_up(coder: httpx.AsyncClient, name: str) -> dict:
+async def _runner_up(coder: httpx.AsyncClient, name: str) -> dict[str, Any]:
     """Create a spec-less fleet workspace and wait for its runner behind the app proxy; its runner info."""
     await create_workspace(coder, name, template="fleet-runner", params={"fleet_mcp_managed": "true"})
 

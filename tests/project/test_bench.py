@@ -32,7 +32,7 @@ ISSUE_13 = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s"
 
 
 @pytest.fixture(scope="module")
-def figures() -> dict:
+def figures() -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(BENCH), "--smoke", "--breakdowns", "--json"], capture_output=True,
                           text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr[-4000:]

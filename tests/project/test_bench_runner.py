@@ -23,7 +23,7 @@ APP = "/@demo/bench-0001.main/apps/fleet/"
 AT = "2026-11-24T12:00:00.000Z"
 
 
-def stand_in(route: str) -> dict:
+def stand_in(route: str) -> dict[str, Any]:
     raw = standin().runner_answer("GET", APP + route)
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ")
@@ -41,7 +41,7 @@ def one_turn(changes: Changes | None) -> Saved:
                                  finished_at=AT, pull_request_url=None, interrupted=False, changes=changes)])
 
 
-async def real(tmp_path: Path, saved: Saved, route: str) -> dict:
+async def real(tmp_path: Path, saved: Saved, route: str) -> dict[str, Any]:
     async with runner_api(tmp_path, saved) as runner:
         answer = await runner.get("/" + route)
     assert answer.status_code == 200

@@ -36,7 +36,7 @@ def finished(task: str) -> Result:
                   interrupted=False, changes=Changes(repository="/work", files_total=1, added_lines=2, removed_lines=0))
 
 
-async def state(tmp_path: Path, saved: Saved) -> dict:
+async def state(tmp_path: Path, saved: Saved) -> dict[str, Any]:
     async with runner_api(tmp_path, saved) as runner:
         answer = await runner.get("/state")
     assert answer.status_code == 200
