@@ -42,6 +42,7 @@ from fleet_mcp.coder import exchange as coder_exchange
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.coder.errors import ErrorAnswer
+from fleet_mcp.emulator.coder.state import Workspace
 from fleet_mcp.server import build_server
 from tests.conformance import Conformance
 from tests.processes import free_port
@@ -267,7 +268,7 @@ def prepare(emulator: Emulator) -> None:
     b.time_per_request = 0.5  # polls (cancel's wait for `stable`) see time move
 
 
-def agents(emulator: Emulator) -> list[Any]:
+def agents(emulator: Emulator) -> list[Workspace]:
     b = emulator.backend
     return [w for w in b.workspaces.values() if w.name in AGENTS and not w.deleted]
 

@@ -99,7 +99,7 @@ class Rig:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
 
-    def snapshot(self) -> tuple[Any, ...]:
+    def snapshot(self) -> tuple[object, ...]:
         b = self.emulator.backend
         workspaces = sorted((w.id, w.name, w.owner_id, w.deleted, w.latest_build.id, len(w.builds))
                             for w in b.workspaces.values())
