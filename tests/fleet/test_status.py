@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from fleet_mcp.coder.schemas import Workspace, WorkspaceAppStatus
@@ -24,13 +25,13 @@ def workspace(build: str = "running", transition: str = "start", agent: dict[str
         apps = [{"id": "app", "slug": "ccw", "health": "healthy", **app}] if app is not None else []
         agents = [{"id": "agent", "name": "main", "status": "connected", "lifecycle_state": "ready", **agent,
                    "apps": apps}]
-    return Workspace.model_validate({
+    return msgspec.convert({
         "id": "ws", "name": "w", "owner_name": "demo", "template_name": "fleet-demo",
         "latest_build": {"id": "b", "status": build, "transition": transition, "created_at": BUILT.isoformat(),
                          "build_number": number,
                          "job": {"status": "succeeded", "error": error}, "resources": [{"agents": agents}]},
         "latest_app_status": latest,
-    })
+    }, Workspace)
 
 
 def app_status(state: str, seconds_after_build: float) -> dict[str, Any]:
@@ -167,7 +168,7 @@ def test_a_runner_prompt_is_read_from_the_uri_the_runner_sets_never_from_the_mes
     uri = ("fleet-runner:needs-input?prompt=p-1&tool=Bash&asked_at=2026-01-01T00%3A00%3A05Z"
            "&input=make+test+%26%26+deploy")
     asking = reports("working", "idle:Needs input: Bash make test")
-    asking[0] = asking[0].model_copy(update={"uri": uri})
+    asking[0] = msgspec.structs.replace(asking[0], uri=uri)
     status = turn_status(asking, runner=True)
     assert status.pending is not None and status.pending.since is not None and status.problem is not None
     assert (status.value, status.pending.id, status.pending.tool) == ("needs_input", "p-1", "Bash")
