@@ -29,7 +29,8 @@ async def fault(coder: httpx.AsyncClient, match: str, kind: str, **params: objec
 
 
 async def hits(coder: httpx.AsyncClient, route: str) -> int:
-    return (await coder.get("/emulator/requests")).json()["routes"].get(route, 0)
+    routes: int = (await coder.get("/emulator/requests")).json()["routes"].get(route, 0)
+    return routes
 
 
 async def test_typed_reads(client):

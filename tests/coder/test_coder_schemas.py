@@ -364,7 +364,7 @@ def test_settings_bad_url_does_not_echo_token(url: str) -> None:
 # --- error mapping -------------------------------------------------------------------------------
 
 
-def _resp(status: int, body: str | dict, content_type: str = "application/json", **headers: str) -> httpx.Response:
+def _resp(status: int, body: str | dict[str, Any], content_type: str = "application/json", **headers: str) -> httpx.Response:
     content = json.dumps(body) if isinstance(body, dict) else body
     return httpx.Response(status, headers={"content-type": content_type, **headers}, content=content.encode())
 

@@ -89,7 +89,7 @@ def test_base_status(ws: Workspace, expected: tuple[str, str | None]) -> None:
     (app_status("working", 0), "start", False),  # Coder wants it strictly after the build
     (app_status("complete", -5), "stop", True),  # a stop build keeps the last status worth showing
 ])
-def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fresh: bool) -> None:
+def test_fresh_app_status_follows_coder(latest: dict[str, Any] | None, transition: str, fresh: bool) -> None:
     ws = workspace("running" if transition == "start" else "stopped", transition, latest=latest)
     assert (fresh_app_status(ws) is not None) is fresh
 
@@ -102,7 +102,7 @@ def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fr
     (app_status("idle", 5), "idle"),
     (app_status("working", -5), "starting"),  # stale: from the previous run
 ])
-def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> None:
+def test_list_status_reads_the_reporter(latest: dict[str, Any] | None, expected: str) -> None:
     assert list_status(Snapshot.of(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS)).value == expected
 
 
