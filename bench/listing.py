@@ -7,12 +7,18 @@ the bench's stand-in answers with real-sized bodies: the emulator's fleet of `--
 carrying the bulk of the recorded `test-recording-agent` (`standin.real_sized_answer`, ~47 KB). A process
 of its own serves it on loopback (HTTP/1.1, Content-Length), and `Fleet.list_agents` reads it through
 `CoderClient` as the server does (glibc keeping freed memory, as `fleet-mcp` has it). Every figure is CPU
-time (`time.process_time`), median of the runs:
+time (`time.process_time`), median of the runs (`*_min_ms`: the least):
 
 - `list_agents_ms`: the whole call, socket to `AgentList`;
-- `validate_ms`, `summaries_ms`, `drop_ms`: its parts on the same bytes (collector paused, as in the call);
-- references: pydantic-core validating the bytes into a model without fields (its JSON scan alone),
-  `json.loads`, and plain asyncio streams reading the bytes off the socket.
+- `read_ms`: the body read through the client's transport alone (`bounded.read`, as the call reads it);
+- `decode_ms`, `summaries_ms`, `drop_ms`: the call's other parts on the same bytes (collector paused, as in
+  the call); `decoder`: what the client decoded the listing with (`msgspec`: `coder.schemas`' structs);
+- references: the decoding alternatives on the same bytes (pydantic-core validating a lean pydantic model of
+  the same fields, `model_validate_json`; each library scanning the JSON into a model without fields;
+  `json.loads`); plain asyncio streams reading the bytes off the socket, and a bare `httpx.AsyncClient.get`
+  of them (each with the fastest decode: the floors `floor_*`);
+- `same_as_lean`: list_agents over the real-sized listing answers what the summaries of the emulator's own
+  lean listing of the same fleet say (the bulk read changes nothing); `statuses`: how many agents in each.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel
+import msgspec
+from pydantic import BaseModel, ConfigDict
 
+from fleet_mcp.coder import bounded
 from fleet_mcp.coder.answers import collection_paused
 from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.coder.schemas import WorkspacesPage
@@ -51,6 +61,76 @@ class _Nothing(BaseModel):
     """Reads no field: what validating costs beyond scanning the JSON is the models'."""
 
 
+class _NoStruct(msgspec.Struct):
+    """msgspec's `_Nothing`."""
+
+
+class _Lean(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Status(_Lean):
+    id: str = ""
+    created_at: datetime | None = None
+    state: str = ""
+    message: str = ""
+    uri: str = ""
+    needs_user_attention: bool = False
+
+
+class _App(_Lean):
+    id: str
+    slug: str
+    subdomain: bool = False
+    subdomain_name: str = ""
+    health: str = ""
+    statuses: list[_Status] | None = None
+
+
+class _Agent(_Lean):
+    id: str
+    name: str
+    status: str = ""
+    lifecycle_state: str = ""
+    apps: list[_App] | None = None
+    last_connected_at: datetime | None = None
+    disconnected_at: datetime | None = None
+
+
+class _Resource(_Lean):
+    agents: list[_Agent] | None = None
+
+
+class _Build(_Lean):
+    id: str
+    build_number: int = 0
+    transition: str = ""
+    status: str = ""
+    resources: list[_Resource] | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class _Workspace(_Lean):
+    id: str
+    name: str
+    owner_id: str = ""
+    template_name: str = ""
+    template_display_name: str = ""
+    latest_build: _Build
+    latest_app_status: _Status | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class _LeanPage(_Lean):
+    """The fields `coder.schemas`' structs read, as plain pydantic: pydantic's own best at this listing (no
+    Python validators: no null lists read as [], no zero times, no sorting), the alternative to msgspec."""
+
+    workspaces: list[_Workspace] | None = None
+    count: int = 0
+
+
 def standin():
     spec = importlib.util.spec_from_file_location("bench_standin", HERE / "standin.py")
     assert spec and spec.loader
@@ -59,8 +139,8 @@ def standin():
     return module
 
 
-async def listing(agents: int) -> bytes:
-    """The real-sized answer to the fleet's listing of `agents` running agents."""
+async def listing(agents: int) -> tuple[bytes, bytes]:
+    """The real-sized answer to the fleet's listing of `agents` running agents, and the emulator's own."""
     from tests.coder_spec import reference_dir
 
     found = reference_dir()
@@ -74,7 +154,7 @@ async def listing(agents: int) -> bytes:
         lean = (await coder.get("/api/v2/workspaces", params={"q": QUERY})).content
     module = standin()
     body, _ = module.real_sized_answer(lean, module.load_real_workspace(str(recorded)))
-    return body
+    return body, lean
 
 
 def serve(path: str) -> None:
@@ -102,20 +182,22 @@ def serve(path: str) -> None:
 
 
 def cpu_ms(work, runs: int) -> float:
-    """Median CPU ms of `work()` (synchronous)."""
+    """Median CPU ms of `work()` (synchronous), its result dropped inside, with the collector paused."""
     work()
     times = []
     for _ in range(runs):
-        started = time.process_time()
-        work()
-        times.append(time.process_time() - started)
+        with collection_paused():
+            started = time.process_time()
+            work()
+            times.append(time.process_time() - started)
     return round(statistics.median(times) * 1e3, 1)
 
 
-async def measure(body: bytes, url: str, runs: int, profile: bool) -> dict:
+async def measure(body: bytes, lean: bytes, url: str, runs: int, profile: bool) -> dict:
+    decoder = msgspec.json.Decoder(WorkspacesPage, strict=False)  # as the client decodes a listing (coder.answers)
     async with CoderClient(url, TOKEN) as client:
         fleet = Fleet(client, Settings(coder_url=url, coder_session_token=TOKEN))
-        total = len((await fleet.list_agents(deadline=None)).agents)
+        answer = await fleet.list_agents(deadline=None)
         calls = []
         for _ in range(runs):
             started = time.process_time()
@@ -128,13 +210,20 @@ async def measure(body: bytes, url: str, runs: int, profile: bool) -> dict:
                 await fleet.list_agents(deadline=None)
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        page = await client.workspaces("", deadline=None)
+        path = type(page).__mro__
+        del page
+        reads = [await _client_read(client, url, len(body)) for _ in range(runs)]
         port = httpx.URL(url).port
         streams = [await _stream_read(port, len(body)) for _ in range(runs)]
+        async with httpx.AsyncClient() as bare:  # httpx as anyone would use it (1 MiB reads, as the server's)
+            gets = [await _bare_get(bare, url, len(body)) for _ in range(runs + 1)][1:]
+    own = [fleet._summary(ws) for ws in decoder.decode(lean).workspaces]
 
     def parts() -> tuple[float, float, float]:
         with collection_paused():  # as in list_agents: the listing is read and dropped before a collection
             t0 = time.process_time()
-            page = WorkspacesPage.model_validate_json(body)
+            page = decoder.decode(body)
             t1 = time.process_time()
             [fleet._summary(ws) for ws in page.workspaces]
             t2 = time.process_time()
@@ -144,12 +233,45 @@ async def measure(body: bytes, url: str, runs: int, profile: bool) -> dict:
     measured = [parts() for _ in range(runs)]
     gc.collect()
     med = [round(statistics.median(m[i] for m in measured) * 1e3, 1) for i in range(3)]
-    return {"agents": total, "listing_bytes": len(body), "runs": runs,
+    least = [round(min(m[i] for m in measured) * 1e3, 1) for i in range(3)]
+    decode_floor = cpu_ms(lambda: decoder.decode(body), runs)
+    return {"agents": len(answer.agents), "listing_bytes": len(body), "runs": runs,
+            "decoder": "msgspec" if msgspec.Struct in path else "pydantic" if BaseModel in path else "other",
+            "same_as_lean": answer.agents == own, "statuses": dict(Counter(a.status for a in answer.agents)),
             "list_agents_ms": round(statistics.median(calls) * 1e3, 1),
-            "validate_ms": med[0], "summaries_ms": med[1], "drop_ms": med[2],
-            "reference_scan_only_ms": cpu_ms(lambda: _Nothing.model_validate_json(body), runs),
+            "list_agents_min_ms": round(min(calls) * 1e3, 1),
+            "read_ms": round(statistics.median(reads) * 1e3, 1), "read_min_ms": round(min(reads) * 1e3, 1),
+            "decode_ms": med[0], "summaries_ms": med[1], "drop_ms": med[2],
+            "decode_min_ms": least[0], "summaries_min_ms": least[1], "drop_min_ms": least[2],
+            "reference_pydantic_lean_ms": cpu_ms(lambda: _LeanPage.model_validate_json(body), runs),
+            "reference_pydantic_scan_only_ms": cpu_ms(lambda: _Nothing.model_validate_json(body), runs),
+            "reference_msgspec_scan_only_ms": cpu_ms(lambda: msgspec.json.decode(body, type=_NoStruct), runs),
             "reference_json_loads_ms": cpu_ms(lambda: json.loads(body), runs),
-            "reference_asyncio_read_ms": round(statistics.median(streams) * 1e3, 1)}
+            "reference_asyncio_read_ms": round(statistics.median(streams) * 1e3, 1),
+            "reference_httpx_get_ms": round(statistics.median(gets) * 1e3, 1),
+            "floor_read_and_decode_ms": round(min(streams) * 1e3 + decode_floor, 1),
+            "floor_httpx_get_and_decode_ms": round(min(gets) * 1e3 + decode_floor, 1)}
+
+
+async def _bare_get(client: httpx.AsyncClient, url: str, size: int) -> float:
+    """CPU seconds a bare `httpx.AsyncClient.get` of the listing takes, its body read (`.content`)."""
+    started = time.process_time()
+    got = (await client.get(url + "/api/v2/workspaces")).content
+    spent = time.process_time() - started
+    assert len(got) == size
+    return spent
+
+
+async def _client_read(client: CoderClient, url: str, size: int) -> float:
+    """CPU seconds the client's transport takes to hand over the answer's body (`bounded.read`, as a call)."""
+    started = time.process_time()
+    response = await client._send("GET", "/api/v2/workspaces")
+    try:
+        got = await bounded.read(response, bounded.LIMITS["listing"])
+    finally:
+        await response.aclose()
+    assert len(got) == size
+    return time.process_time() - started
 
 
 async def _stream_read(port: int | None, size: int) -> float:
@@ -177,7 +299,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         return serve(args.serve)
-    body = asyncio.run(listing(args.agents))
+    body, lean = asyncio.run(listing(args.agents))
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         f.write(body)
     path = Path(f.name)
@@ -191,7 +313,7 @@ def main() -> None:
         keep_freed_memory()  # as the server does when it starts serving
         read_in_big_steps()
 
-        print(json.dumps(asyncio.run(measure(body, url, args.runs, args.profile))))
+        print(json.dumps(asyncio.run(measure(body, lean, url, args.runs, args.profile))))
     finally:
         server.kill()
         server.wait()

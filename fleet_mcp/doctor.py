@@ -251,7 +251,7 @@ def _roles(check: ProjectCheck, params: list[RichParameter], presets: list[Prese
 
 def _app(check: ProjectCheck, resources: list[WorkspaceResource], slugs: dict[str, str]) -> None:
     """The driver, picked as the fleet picks it: the runner's app first, then AgentAPI's."""
-    agents = [agent for resource in resources for agent in resource.agents]
+    agents = [agent for resource in resources for agent in resource.agents or ()]
     found = sorted({app.slug for agent in agents for app in agent.apps})
     wanted = f"the runner app {slugs[RUNNER]!r} or the AgentAPI app {slugs[AGENTAPI]!r}"
     if not agents:

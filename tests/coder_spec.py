@@ -287,7 +287,8 @@ class SwaggerValidator:
             document = {"definitions": self._definitions, "allOf": [schema]}
             self._fast[key] = jsonschema_rs.Draft7Validator(
                 document, validate_formats=self._format_checker is not None, formats=_FAST_FORMATS)
-        return self._fast[key].is_valid(body)
+        found: bool = self._fast[key].is_valid(body)
+        return found
 
     def _resolve_raw(self, schema: Any) -> Any:
         while isinstance(schema, dict) and "$ref" in schema:
@@ -400,7 +401,8 @@ class SwaggerValidator:
 
     def _describe(self, schema: Any) -> str:
         if isinstance(schema, dict) and "$ref" in schema:
-            return schema["$ref"].rsplit("/", 1)[-1]
+            name: str = schema["$ref"].rsplit("/", 1)[-1]
+            return name
         return "a value"
 
     def check_definition(self, name: str, value: Any) -> list[str]:
@@ -434,7 +436,8 @@ _NOT_JSON = object()
 
 def load_cassette(file: Path) -> dict[str, Any]:
     """One vcrpy cassette, read by libyaml where it is built (30 times faster than PyYAML's own reader)."""
-    return yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    body: dict[str, Any] = yaml.load(file.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return body
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,8 @@ async def alice(emulator: Emulator, conformance: Conformance) -> AsyncIterator[h
 def app_mode(request: pytest.FixtureRequest) -> str:
     """How the fleet reaches workspace apps: Coder's path form, or subdomains on a deployment that
     refuses path apps (`--disable-path-apps` with a wildcard access URL)."""
-    return request.param
+    param: str = request.param
+    return param
 
 
 @pytest.fixture

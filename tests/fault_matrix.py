@@ -31,6 +31,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -41,6 +42,7 @@ from fleet_mcp.coder import exchange as coder_exchange
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.emulator.coder.errors import ErrorAnswer
+from fleet_mcp.emulator.coder.state import Workspace
 from fleet_mcp.server import build_server
 from tests.conformance import Conformance
 from tests.processes import free_port
@@ -56,7 +58,7 @@ LOGGERS = ("fleet_mcp", "fastmcp", "httpx", "httpcore", "mcp")
 AGENTS = {"idler": "Warm up [[finish:1]]", "runner": "Spin forever [[hang]]"}
 
 # Columns: each tool with the arguments it is called with.
-TOOLS: dict[str, dict] = {
+TOOLS: dict[str, dict[str, Any]] = {
     "create_agent": {"name": "fresh", "project": "fleet-demo", "spec": "New work [[finish:1]]"},
     "list_agents": {},
     "show_agent": {"agent_name": "runner"},
@@ -91,7 +93,7 @@ ERRORS = {"bad": "bad_request", "nf": "not_found", "unav": "unavailable", "unaut
 class Fault:
     """What is done to Coder before the call: fault rules, a state change, a settings profile."""
 
-    rules: tuple[dict, ...] = ()
+    rules: tuple[dict[str, Any], ...] = ()
     state: str = ""  # stop | agentapi_down | agentapi_down_unnoticed | no_path_apps | delete_when_held
     # main (small budget: persistent faults end fast) | burst (a budget bounded bursts clear well within, however
     # loaded the machine) | patient (a budget that fits Coder's Retry-After) | stalled (a short timeout: a
@@ -100,11 +102,11 @@ class Fault:
     profile: str = "main"
 
 
-def rule(match: str, kind: str, **params: object) -> dict:
+def rule(match: str, kind: str, **params: object) -> dict[str, Any]:
     return {"match": match, "kind": kind, **params}
 
 
-def status(match: str, code: int, count: int | None = None, **params: object) -> dict:
+def status(match: str, code: int, count: int | None = None, **params: object) -> dict[str, Any]:
     return rule(match, "status", code=code, **({"count": count} if count else {}), **params)
 
 
@@ -205,7 +207,7 @@ for _fault in MATRIX:
     ROWS[_group(_fault)].append(_fault)
 
 
-def cases(group: str) -> dict:
+def cases(group: str) -> dict[str, Any]:
     """`pytest.mark.parametrize` arguments for every tool under each of the group's faults."""
     pairs = [(fault, tool) for fault in ROWS[group] for tool in TOOLS]
     return {"argnames": ("fault", "tool"), "argvalues": pairs, "ids": [f"{f}-{t}" for f, t in pairs]}
@@ -266,7 +268,7 @@ def prepare(emulator: Emulator) -> None:
     b.time_per_request = 0.5  # polls (cancel's wait for `stable`) see time move
 
 
-def agents(emulator: Emulator) -> list:
+def agents(emulator: Emulator) -> list[Workspace]:
     b = emulator.backend
     return [w for w in b.workspaces.values() if w.name in AGENTS and not w.deleted]
 
@@ -300,7 +302,7 @@ def delete_agents(emulator: Emulator) -> None:
     b.clock.advance(30)
 
 
-def check(tool: str, expected: str, answer: dict) -> None:
+def check(tool: str, expected: str, answer: dict[str, Any]) -> None:
     is_error = isinstance(answer, dict) and set(answer) == {"error", "message", "details"}
     if expected in ERRORS:
         assert is_error, f"expected {ERRORS[expected]}, got {answer}"

@@ -61,21 +61,22 @@ def norm(value: Any) -> Any:
     return value
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> dict[str, Any]:
     """The template at `path`, normalised."""
     with path.open() as f:
-        return norm(hcl2.load(f))
+        found: dict[str, Any] = norm(hcl2.load(f))
+        return found
 
 
-def as_list(value: Any) -> list:
+def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return value if isinstance(value, list) else [value]
 
 
-def labelled(doc: dict, kind: str) -> dict[tuple[str, str], dict]:
+def labelled(doc: dict[str, Any], kind: str) -> dict[tuple[str, str], dict[str, Any]]:
     """Two-label blocks (`data`, `resource`): {(type, name): body}."""
-    found: dict[tuple[str, str], dict] = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for entry in as_list(doc.get(kind)):
         for type_, named_ in entry.items():
             for item in as_list(named_):
@@ -86,14 +87,14 @@ def labelled(doc: dict, kind: str) -> dict[tuple[str, str], dict]:
     return found
 
 
-def of_type(doc: dict, kind: str, type_: str) -> dict[str, dict]:
+def of_type(doc: dict[str, Any], kind: str, type_: str) -> dict[str, dict[str, Any]]:
     """The `kind` blocks (`data`, `resource`) of one type, by their Terraform name."""
     return {name: body for (t, name), body in labelled(doc, kind).items() if t == type_}
 
 
-def named(doc: dict, kind: str) -> dict[str, dict]:
+def named(doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     """One-label blocks (`module`, `variable`): {name: body}."""
-    found: dict[str, dict] = {}
+    found: dict[str, dict[str, Any]] = {}
     for entry in as_list(doc.get(kind)):
         for name, body in entry.items():
             for one in as_list(body):
@@ -102,9 +103,9 @@ def named(doc: dict, kind: str) -> dict[str, dict]:
     return found
 
 
-def merged(doc: dict, kind: str) -> dict:
+def merged(doc: dict[str, Any], kind: str) -> dict[str, Any]:
     """Unlabelled blocks that may repeat (`locals`, `terraform`): their bodies merged."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for body in as_list(doc.get(kind)):
         out.update(body)
     return out
@@ -115,46 +116,46 @@ def flag(value: Any) -> Any:
     return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
 
 
-def parameters(doc: dict) -> dict[str, dict]:
+def parameters(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """coder_parameter blocks by their `name` (not their Terraform label, kept as `_label`)."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for label, body in of_type(doc, "data", "coder_parameter").items():
         assert body["name"] not in out, f"parameter {body['name']} declared twice"
         out[body["name"]] = {**body, "_label": label}
     return out
 
 
-def presets(doc: dict) -> dict[str, dict]:
+def presets(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """coder_workspace_preset blocks by their `name`."""
     return {body["name"]: body for body in of_type(doc, "data", "coder_workspace_preset").values()}
 
 
-def options(param: dict) -> list[dict]:
+def options(param: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": o.get("name", ""), "value": o["value"], "description": o.get("description", "")}
             for o in as_list(param.get("option"))]
 
 
-def validation(param: dict) -> dict:
+def validation(param: dict[str, Any]) -> dict[str, Any]:
     blocks = as_list(param.get("validation"))
     return blocks[0] if blocks else {}
 
 
-def parameter_ref(param: dict) -> str:
+def parameter_ref(param: dict[str, Any]) -> str:
     """How the template refers to a parameter's value: `data.coder_parameter.<label>.value`."""
     return f"data.coder_parameter.{param['_label']}.value"
 
 
 @functools.cache
-def load_dir(path: Path) -> dict:
+def load_dir(path: Path) -> dict[str, Any]:
     """Every `*.tf` of one module directory, as one document (python-hcl2 is slow: each is read once)."""
-    doc: dict = {}
+    doc: dict[str, Any] = {}
     for tf in sorted(path.glob("*.tf")):
         for kind, blocks in load(tf).items():
             doc.setdefault(kind, []).extend(as_list(blocks))
     return doc
 
 
-def _inline(root: dict, call: dict, module: dict) -> None:
+def _inline(root: dict[str, Any], call: dict[str, Any], module: dict[str, Any]) -> None:
     """A local module's blocks into `root`, its `var.x` replaced by what the call passes (else the default).
 
     Checks what `terraform validate` would: the call passes only declared variables and every one without a
@@ -193,7 +194,7 @@ def _inline(root: dict, call: dict, module: dict) -> None:
 
 
 @functools.cache
-def template(driver: str, path: Path = TEMPLATES / "fleet-agent") -> dict:
+def template(driver: str, path: Path = TEMPLATES / "fleet-agent") -> dict[str, Any]:
     """The template as Coder builds it when pushed with `--variable driver=<driver>`: the root's blocks, the
     blocks of each local module counted in for `driver` inlined, and the registry modules counted in (their
     `count` the one the driver gives them). Modules counted in for another driver are left out. Read once per

@@ -46,7 +46,7 @@ class Client:
     problems: list[str] = field(default_factory=list)
     tasks_sent: int = 0
 
-    async def call(self, tool: str, allowed: tuple[str, ...] = (), **arguments: Any) -> dict | None:
+    async def call(self, tool: str, allowed: tuple[str, ...] = (), **arguments: Any) -> dict[str, Any] | None:
         """The structured answer, or None for an allowed envelope; anything else is a problem."""
         assert self.session is not None
         t0 = time.perf_counter()
@@ -59,7 +59,8 @@ class Client:
         elapsed = time.perf_counter() - t0
         if not result.is_error:
             self.records.append(Record(tool, elapsed, "ok"))
-            return result.structured_content
+            found: dict[str, Any] | None = result.structured_content
+            return found
         text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
         try:
             envelope = json.loads(text)
@@ -184,7 +185,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def summary(clients: list[Client], wall: float) -> dict:
+def summary(clients: list[Client], wall: float) -> dict[str, Any]:
     """What the run did: calls, outcomes, problems (each client's), latency and throughput."""
     records = [r for c in clients for r in c.records]
     latencies = [r.seconds * 1e3 for r in records] or [0.0]

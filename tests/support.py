@@ -25,7 +25,7 @@ from starlette.routing import Route
 from fleet_mcp.emulator import Emulator
 from tests.conformance import Conformance
 
-if TYPE_CHECKING:  # mcp's types cost half a second to import: only the tests that use them pay it
+if TYPE_CHECKING:  # fastmcp and mcp cost half a second to import: only the tests that use them pay it
     from fastmcp import Client
     from fastmcp.client.progress import ProgressHandler
     from fastmcp.client.transports import StreamableHttpTransport

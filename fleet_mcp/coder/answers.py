@@ -1,5 +1,6 @@
-"""An answer's body read into its model: checked to be JSON (not an error page), validated by pydantic-core
-straight from the bytes, its failures mapped to `Unavailable`; big ones with the garbage collector held off.
+"""An answer's body read into its model: checked to be JSON (not an error page), decoded straight from the
+bytes (msgspec for a `LenientStruct` or a list of them, pydantic-core for the rest), its failures mapped to
+`Unavailable`; big ones with the garbage collector held off.
 
 A workspace app's answer is the agent's to forge, so its JSON values are counted before any is built
 (`values_over`): pydantic-core parses a whole body into values before it checks a list's `max_length`, and
@@ -16,9 +17,10 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
-from typing import Any
+from typing import Any, get_args
 
 import httpx
+import msgspec
 import pydantic
 
 from fleet_mcp.coder.errors import Oversized, Unavailable
@@ -102,9 +104,17 @@ def _resume(until_yield: bool) -> None:
 
 
 def _validated(where: str, model: Any, content: bytes) -> Any:
-    try:  # 1,000 real-sized workspaces: 160-190 -> 100-130 ms CPU with the collector paused (bench/RESULTS.md)
+    decoder = _decoder(model)
+    try:  # 1,000 real-sized workspaces, by pydantic: 160-190 -> 100-130 ms CPU with the collector paused
         with collection_paused(until_yield=len(content) > BIG_ANSWER):
-            return _adapter(model).validate_json(content)
+            return decoder.decode(content) if decoder is not None else _adapter(model).validate_json(content)
+    except msgspec.ValidationError as exc:  # "Expected `int`, got `str` - at `$.workspaces[0].name`"
+        said, _, loc = str(exc).partition(" - at ")
+        loc = loc.strip("`").removeprefix("$").lstrip(".")
+        raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {said}" if loc else
+                          f"Unexpected answer to {where}: {said}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:  # not JSON, or nested deeper than msgspec goes
+        raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
     except pydantic.ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":
@@ -116,5 +126,14 @@ def _validated(where: str, model: Any, content: bytes) -> Any:
 @cache
 def _adapter(model: Any) -> pydantic.TypeAdapter[Any]:
     return pydantic.TypeAdapter(model)
+
+
+@cache
+def _decoder(model: Any) -> msgspec.json.Decoder[Any] | None:
+    """msgspec's decoder of `model` when it is a msgspec struct or a list of them, else None (pydantic's)."""
+    item = (get_args(model) or (None,))[0] if isinstance(model, type(list[int])) else model
+    if isinstance(item, type) and issubclass(item, msgspec.Struct):
+        return msgspec.json.Decoder(model, strict=False)  # "2" reads as 2, as pydantic's lax mode has it
+    return None
 
 

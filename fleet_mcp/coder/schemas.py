@@ -1,21 +1,37 @@
 """Lenient models of the Coder payloads the client reads (on the base and field types of `lenient`).
 
 Only fields a fleet server plausibly reads are declared; everything else is
-ignored. A workspace (and all it holds) declares only what the fleet reads: a
-listing of 1,000 real ones is 47 MB, and each field kept is an object made and
-dropped per workspace. Enum-like values stay plain `str` so a new Coder release cannot break
-parsing; nil slices, null strings and zero times read as `lenient` says.
+ignored. A workspace (and all it holds) declares only what the fleet reads, as
+msgspec structs (`LenientStruct`): a listing of 1,000 real ones is 47 MB, and
+each field kept is an object made and dropped per workspace. Enum-like values
+stay plain `str` so a new Coder release cannot break parsing; nil slices, null
+strings and zero times read as `lenient` says.
 """
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, field_validator
-from typing_extensions import TypedDict
+import html
+from typing import Any
 
-from fleet_mcp.coder.lenient import EPOCH, LenientModel, ListOf, Text, Timestamp, Unescaped, parse_timestamp
+import msgspec
+from msgspec import UNSET
+from msgspec.structs import force_setattr
+from pydantic import AliasChoices, Field
+
+from fleet_mcp.coder.lenient import (
+    EPOCH,
+    LenientModel,
+    LenientStruct,
+    ListOf,
+    Text,
+    Timestamp,
+    Unescaped,
+    lenient_fields,
+    parse_timestamp,
+)
 
 __all__ = [
-    "AgentHealth", "BuildInfo", "BuildResource", "BuildParameter", "LenientModel", "ListOf",
+    "AgentHealth", "BuildInfo", "BuildParameter", "LenientModel", "ListOf",
     "Organization", "ParameterOption", "Preset", "PresetParameter", "Presets", "ProvisionerJob",
     "AppHost", "Region", "RegionsPage", "RichParameter", "Template", "TemplateVersion", "Text", "Timestamp",
     "User", "UserRole", "Workspace", "WorkspaceAgent", "WorkspaceApp", "WorkspaceAppStatus",
@@ -101,12 +117,12 @@ class Template(LenientModel):
     updated_at: Timestamp = None
 
 
-class ProvisionerJob(LenientModel):
+class ProvisionerJob(LenientStruct, frozen=True, kw_only=True):
     status: Text = ""
     error: Text = ""
 
 
-class TemplateVersion(LenientModel):
+class TemplateVersion(LenientStruct, frozen=True, kw_only=True):
     id: str
     name: Text = ""
     template_id: Text = ""
@@ -116,6 +132,9 @@ class TemplateVersion(LenientModel):
     job: ProvisionerJob = ProvisionerJob()
     created_at: Timestamp = None
     updated_at: Timestamp = None
+
+    def __post_init__(self) -> None:
+        lenient_fields(self)
 
 
 class ParameterOption(LenientModel):
@@ -170,10 +189,16 @@ class Preset(LenientModel):
 Presets = ListOf[Preset]
 
 
-# --- workspaces and builds ---------------------------------------------------------
+# --- workspaces and builds: msgspec structs (a listing of 1,000 real ones is 47 MB) --------------------------
+
+_UNSENT: Any = UNSET  # the default of a field whose absence says something (`_sent`)
 
 
-class WorkspaceAppStatus(LenientModel):
+def _sent(value: object) -> bool:
+    return value is not UNSET
+
+
+class WorkspaceAppStatus(LenientStruct, frozen=True, kw_only=True):
     """An app status; Coder stores its message HTML-escaped (UISanitize), so it is unescaped here."""
 
     id: Text = ""
@@ -183,72 +208,95 @@ class WorkspaceAppStatus(LenientModel):
     uri: Text = ""
     needs_user_attention: bool = False
 
+    def __post_init__(self) -> None:  # `lenient_fields`, spelt out: a listing of 1,000 holds ~6,000
+        stamp = self.created_at
+        if stamp is not None and (stamp.tzinfo is None or stamp.year == 1):
+            force_setattr(self, "created_at", parse_timestamp(stamp))
+        if "&" in self.message:
+            force_setattr(self, "message", html.unescape(self.message))
 
-class WorkspaceApp(LenientModel):
-    """A workspace app; `statuses` are sorted newest first here (real Coder sends them unordered)."""
+
+class WorkspaceApp(LenientStruct, frozen=True, kw_only=True):
+    """A workspace app; `statuses` are sorted newest first here (real Coder sends them unordered).
+    `statuses_sent`: whether the answer had the field at all (set here, whatever the answer says)."""
 
     id: str
     slug: str
     subdomain: bool = False
     subdomain_name: Text = ""
     health: Text = ""
-    statuses: ListOf[WorkspaceAppStatus] = Field(default_factory=list)
+    statuses: ListOf[WorkspaceAppStatus] = msgspec.field(default=_UNSENT)
+    statuses_sent: bool = True
 
-    @field_validator("statuses")
-    @classmethod
-    def _newest_first(cls, statuses: list[WorkspaceAppStatus]) -> list[WorkspaceAppStatus]:
-        if len(statuses) < 2:  # most apps of a real agent report nothing
-            return statuses
-        return sorted(statuses, key=lambda s: s.created_at or EPOCH, reverse=True)
+    def __post_init__(self) -> None:  # `lenient_fields`, spelt out: a listing of 1,000 holds ~5,000
+        statuses = self.statuses
+        if not statuses:  # most apps of a real agent report nothing
+            sent = _sent(statuses)
+            if self.statuses_sent is not sent:
+                force_setattr(self, "statuses_sent", sent)
+            if statuses is not None and sent:
+                return
+            force_setattr(self, "statuses", [])
+        else:
+            if not self.statuses_sent:
+                force_setattr(self, "statuses_sent", True)
+            if len(statuses) > 1:
+                force_setattr(self, "statuses", sorted(statuses, key=lambda s: s.created_at or EPOCH, reverse=True))
 
 
-class AgentHealth(LenientModel):
+class AgentHealth(LenientStruct, frozen=True, kw_only=True):
     reason: Text = ""
 
 
-class WorkspaceAgent(LenientModel):
+class WorkspaceAgent(LenientStruct, frozen=True, kw_only=True):
     id: str
     name: str
     status: Text = ""
     lifecycle_state: Text = ""
     health: AgentHealth = AgentHealth()
-    apps: ListOf[WorkspaceApp] = Field(default_factory=list)
+    apps: ListOf[WorkspaceApp] = msgspec.field(default_factory=list)
     last_connected_at: Timestamp = None
     disconnected_at: Timestamp = None
 
+    def __post_init__(self) -> None:
+        lenient_fields(self)
 
-class WorkspaceResource(LenientModel):
+
+class WorkspaceResource(LenientStruct, frozen=True, kw_only=True):
+    """A build's resource (a container, a volume, an environment setting): its agents, None for none (Coder
+    omits them; a real build has a dozen resources without one: no `__post_init__` for them)."""
+
     id: Text = ""
     name: Text = ""
     type: Text = ""
-    agents: ListOf[WorkspaceAgent] = Field(default_factory=list)
+    agents: list[WorkspaceAgent] | None = None
 
 
-class BuildResource(TypedDict, total=False):
-    """A build's resource as a build is read: only its agents. A real build has a dozen resources without one
-    (volumes, environment settings); as plain dicts they cost a listing of 1,000 no 12,000 models."""
-
-    agents: ListOf[WorkspaceAgent]
-
-
-class WorkspaceBuild(LenientModel):
+class WorkspaceBuild(LenientStruct, frozen=True, kw_only=True):
     id: str
     build_number: int = 0
     template_version_id: Text = ""
     transition: Text = ""
     status: Text = ""
     job: ProvisionerJob = ProvisionerJob()
-    resources: ListOf[BuildResource] = Field(default_factory=list)
+    resources: ListOf[WorkspaceResource] = msgspec.field(default_factory=list)
     created_at: Timestamp = None
     updated_at: Timestamp = None
+
+    def __post_init__(self) -> None:
+        lenient_fields(self)
 
     @property
     def agents(self) -> list[WorkspaceAgent]:
         """Every agent of every resource of this build."""
-        return [agent for resource in self.resources for agent in resource.get("agents", ())]
+        return [agent for resource in self.resources for agent in resource.agents or ()]
 
 
-class Workspace(LenientModel):
+class Workspace(LenientStruct, frozen=True, kw_only=True):
+    """A workspace. `sends_app_statuses`: whether Coder sent app status fields at all (`latest_app_status`, or
+    `statuses` on an app), set here whatever the answer says: a slimmer answer without them says nothing
+    about the agent's turn, where an empty one says "none"."""
+
     id: str
     name: str
     owner_name: Text = ""
@@ -257,23 +305,28 @@ class Workspace(LenientModel):
     template_name: Text = ""
     template_display_name: Text = ""
     latest_build: WorkspaceBuild
-    latest_app_status: WorkspaceAppStatus | None = None
+    latest_app_status: WorkspaceAppStatus | None = msgspec.field(default=_UNSENT)
     created_at: Timestamp = None
     updated_at: Timestamp = None
+    sends_app_statuses: bool = True
 
-    @property
-    def sends_app_statuses(self) -> bool:
-        """Whether Coder sent app status fields at all (`latest_app_status`, or `statuses` on an app): a
-        slimmer answer without them says nothing about the agent's turn, where an empty one says "none"."""
-        return "latest_app_status" in self.model_fields_set or any(
-            "statuses" in app.model_fields_set for agent in self.latest_build.agents for app in agent.apps)
+    def __post_init__(self) -> None:
+        sent = _sent(self.latest_app_status)
+        if not sent:
+            force_setattr(self, "latest_app_status", None)
+            sent = any(app.statuses_sent for agent in self.latest_build.agents for app in agent.apps)
+        force_setattr(self, "sends_app_statuses", sent)
+        lenient_fields(self)
 
 
-class WorkspacesPage(LenientModel):
+class WorkspacesPage(LenientStruct, frozen=True, kw_only=True):
     """One page of `GET /api/v2/workspaces`; `count` is the total matching, not the page size."""
 
-    workspaces: ListOf[Workspace] = Field(default_factory=list)
+    workspaces: ListOf[Workspace] = msgspec.field(default_factory=list)
     count: int = 0
+
+    def __post_init__(self) -> None:
+        lenient_fields(self)
 
 
 class BuildParameter(LenientModel):

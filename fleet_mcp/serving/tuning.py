@@ -30,8 +30,8 @@ def tune() -> None:
 def keep_freed_memory(kept: int = KEPT) -> bool:
     """Have glibc's allocator keep freed memory for reuse instead of handing it back at once (False: not glibc).
 
-    Reading a listing of 1,000 real workspaces takes ~200 MB for a moment: the 47 MB body, pydantic-core's
-    parse of it, the models. By default glibc maps every block over 32 MiB afresh and returns freed memory
+    Reading a listing of 1,000 real workspaces takes ~100-200 MB for a moment: the 47 MB body, read in pieces,
+    and the structs decoded from it. By default glibc maps every block over 32 MiB afresh and returns freed memory
     at the top of its heap, so each listing (each poll of a wait) faults ~40,000 pages in again: ~30 ms of
     CPU. Blocks up to `kept` now come from the heap, and up to twice that is kept free in it.
     """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from datetime import UTC, timedelta
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from fleet_mcp.coder import errors as ce
 from fleet_mcp.coder.client import CoderClient
 from fleet_mcp.emulator.app import running
+from fleet_mcp.times import iso
 from tests.support import ALICE_TOKEN, TOKEN, fleet_settings
 
 
@@ -27,7 +29,8 @@ async def fault(coder: httpx.AsyncClient, match: str, kind: str, **params: objec
 
 
 async def hits(coder: httpx.AsyncClient, route: str) -> int:
-    return (await coder.get("/emulator/requests")).json()["routes"].get(route, 0)
+    routes: int = (await coder.get("/emulator/requests")).json()["routes"].get(route, 0)
+    return routes
 
 
 async def test_typed_reads(client):
@@ -39,7 +42,9 @@ async def test_typed_reads(client):
     assert [p.name for p in presets] == ["coder", "operator", "manager"]
     page = await client.workspaces("owner:me")
     assert page.count == 2 and page.workspaces[0].latest_build.status == "running"
-    assert page.workspaces[0].created_at.utcoffset().total_seconds() == 0  # +01:00 normalised to UTC
+    created = page.workspaces[0].created_at  # a workspace's times keep Coder's +01:00 (coder/lenient.py) ...
+    assert created is not None and created.utcoffset() == timedelta(hours=1)
+    assert iso(created) == created.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # ... and are written in UTC
 
 
 async def test_create_and_errors_are_typed(client):

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pytest
@@ -49,7 +50,7 @@ class Scripted:
         return target
 
 
-def answer(body: dict) -> bytes:
+def answer(body: dict[str, Any]) -> bytes:
     data = json.dumps(body).encode()
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
 

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.types import Receive, Scope, Send
 
 from fleet_mcp.coder import errors as E
+from fleet_mcp.coder.answers import parsed as read
 from fleet_mcp.coder.client import app_proxy_path
 from fleet_mcp.coder.schemas import (
     Organization,
@@ -125,15 +127,19 @@ def _model_for(method: str, uri: str) -> Any | None:
     return None
 
 
-def _datetimes(value: Any) -> Iterator[datetime]:
+def _datetimes(value: Any, struct: bool = False) -> Iterator[tuple[datetime, bool]]:
+    """Every time in `value`, and whether a msgspec struct holds it."""
     if isinstance(value, datetime):
-        yield value
+        yield value, struct
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
             yield from _datetimes(getattr(value, name))
+    elif isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            yield from _datetimes(getattr(value, name), True)
     elif isinstance(value, list):
         for item in value:
-            yield from _datetimes(item)
+            yield from _datetimes(item, struct)
 
 
 # --- meaningful checks per model -------------------------------------------------------
@@ -205,13 +211,13 @@ def test_every_recorded_body_parses(interactions: list[dict[str, Any]]) -> None:
             model = _model_for(method, uri)
             if model is None:
                 continue  # e.g. the experimental Tasks API, which the client does not read
-            value = TypeAdapter(model).validate_json(response.content)
+            value = read(f"{method} {uri}", response, response.content, model)  # as the client reads it
             _check(model, value)
-            for stamp in _datetimes(value):
-                assert stamp.tzinfo is not None and stamp.utcoffset() == timedelta(0), stamp
+            for stamp, struct in _datetimes(value):  # a struct's keep Coder's offset (coder/lenient.py)
+                assert stamp.tzinfo is not None and (struct or stamp.utcoffset() == timedelta(0)), stamp
             seen.add(model)
             parsed += 1
-        except (AssertionError, ValidationError) as exc:
+        except (AssertionError, E.CoderError) as exc:
             failures.append(f"{item['where']} {method} {uri}: {exc}")
     print(f"parsed {parsed} recorded bodies")
     assert not failures, "\n".join(failures[:10])
@@ -296,7 +302,7 @@ def test_presets_pascal_lower_and_null() -> None:
 
 
 def test_null_slices_and_unknown_enums() -> None:
-    app = WorkspaceApp.model_validate({"id": "a", "slug": "ccw", "health": "brand-new", "statuses": None})
+    app = msgspec.convert({"id": "a", "slug": "ccw", "health": "brand-new", "statuses": None}, WorkspaceApp)
     assert app.statuses == [] and app.health == "brand-new"
     status = AgentStatus.model_validate({"status": "stable", "agent_type": "claude"})
     assert status.transport is None
@@ -304,11 +310,11 @@ def test_null_slices_and_unknown_enums() -> None:
 
 
 def test_app_statuses_newest_first() -> None:
-    app = WorkspaceApp.model_validate({"id": "a", "slug": "ccw", "statuses": [
+    app = msgspec.convert({"id": "a", "slug": "ccw", "statuses": [
         {"id": "1", "state": "working", "created_at": "2025-01-01T10:00:00Z"},
         {"id": "3", "state": "idle", "created_at": "2025-01-01T12:00:00+01:00"},
         {"id": "2", "state": "complete", "created_at": "2025-01-01T10:30:00Z"},
-    ]})
+    ]}, WorkspaceApp)
     assert [s.id for s in app.statuses] == ["3", "2", "1"]  # 12:00+01:00 is the newest
 
 
@@ -358,7 +364,7 @@ def test_settings_bad_url_does_not_echo_token(url: str) -> None:
 # --- error mapping -------------------------------------------------------------------------------
 
 
-def _resp(status: int, body: str | dict, content_type: str = "application/json", **headers: str) -> httpx.Response:
+def _resp(status: int, body: str | dict[str, Any], content_type: str = "application/json", **headers: str) -> httpx.Response:
     content = json.dumps(body) if isinstance(body, dict) else body
     return httpx.Response(status, headers={"content-type": content_type, **headers}, content=content.encode())
 
@@ -511,3 +517,68 @@ def test_an_answer_is_read_without_copying_its_body() -> None:
     assert parsed("DELETE /api/v2/workspaces/x", response, b" \r\n", None) is None
     with pytest.raises(Unavailable, match="Unexpected answer"):
         parsed("GET /api/v2/buildinfo", response, b"\n", BuildInfo)
+
+
+# --- the workspace structs (msgspec) ----------------------------------------------------------------
+
+LISTING = "GET /api/v2/workspaces"
+
+
+def _listing(**workspace: Any) -> bytes:
+    build = {"id": "b", "status": "running", "resources": [{"type": "docker_volume"}, {"agents": [
+        {"id": "a", "name": "main", "apps": None, "last_connected_at": None, "surplus": {"x": [1, 2]}}]}],
+        "created_at": "2026-01-05T10:00:00.123456189+01:00", "updated_at": "0001-01-01T00:00:00Z"}
+    ws = {"id": "w", "name": "w", "latest_build": build, "unknown": [{"deep": {}}], **workspace}
+    return json.dumps({"workspaces": [ws], "count": 1}).encode()
+
+
+def test_a_listing_reads_as_leniently_as_the_pydantic_models_did() -> None:
+    """Unknown fields ignored, missing ones defaulted, null slices [], zero time None, a time without offset
+    UTC, a status's message unescaped, app statuses newest first; through the client's own decoding."""
+    response = httpx.Response(200, headers={"content-type": "application/json"})
+    status = {"id": "s", "state": "idle", "message": "Done &amp; dusted", "created_at": "2026-01-05T09:00:09"}
+    page = read(LISTING, response, _listing(latest_app_status=status), WorkspacesPage)
+    ws = page.workspaces[0]
+    build, agent = ws.latest_build, ws.latest_build.agents[0]
+    assert (ws.owner_name, ws.created_at, build.build_number, build.job.error) == ("", None, 0, "")
+    assert agent.apps == [] and agent.last_connected_at is None and build.updated_at is None
+    assert build.created_at == datetime(2026, 1, 5, 9, 0, 0, 123456, timezone.utc)  # Go's nanoseconds: micro
+    assert ws.latest_app_status is not None and ws.latest_app_status.message == "Done & dusted"
+    assert ws.latest_app_status.created_at == datetime(2026, 1, 5, 9, 0, 9, tzinfo=timezone.utc)
+    assert ws.sends_app_statuses
+    apps = [{"id": "p", "slug": "ccw", "statuses": [
+        {"state": "working", "created_at": "2026-01-05T09:00:01Z"}, {"state": "idle", "created_at": None},
+        {"state": "complete", "created_at": "2026-01-05T10:00:02+01:00"}]}]
+    body = _listing().replace(b'"apps": null', json.dumps(apps).encode()[1:-1].join([b'"apps": [', b"]"]))
+    app = read(LISTING, response, body, WorkspacesPage).workspaces[0].latest_build.agents[0].apps[0]
+    assert [s.state for s in app.statuses] == ["complete", "working", "idle"]
+    lax = read(LISTING, response, _listing(latest_build={"id": "b", "build_number": "2"}), WorkspacesPage)
+    assert lax.workspaces[0].latest_build.build_number == 2  # as pydantic's lax mode read it
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (_listing(latest_build={"id": "b", "build_number": "two"}),
+     "Unexpected answer to GET /api/v2/workspaces: workspaces[0].latest_build.build_number: Expected `int`, got `str`"),
+    (_listing()[:-20], "Unreadable JSON from GET /api/v2/workspaces"),
+    (b'{"workspaces": [{"id": "w", "name": "w", "unknown": ' + b"[" * 100_000 + b"]" * 100_000
+     + b', "latest_build": {"id": "b"}}]}', "Unreadable JSON from GET /api/v2/workspaces"),
+])
+def test_a_listing_that_is_not_one_is_unavailable(body: bytes, said: str) -> None:
+    """A wrong type, a cut body, nesting past the decoder: Coder's answer is unreadable (the error envelope
+    names where), never an exception of the decoding library."""
+    with pytest.raises(E.Unavailable) as exc:
+        read(LISTING, httpx.Response(200, headers={"content-type": "application/json"}), body, WorkspacesPage)
+    assert exc.value.message.startswith(said), exc.value.message
+
+
+def test_every_struct_with_lenient_fields_reads_them() -> None:
+    """A struct whose `ListOf`, `Timestamp` or `Unescaped` fields were left as decoded would read null as
+    None, not []: each of them calls `lenient_fields` after decoding."""
+    import fleet_mcp.coder.schemas as schemas
+    from fleet_mcp.coder.lenient import LenientStruct, _plan
+
+    structs = [v for v in vars(schemas).values() if isinstance(v, type) and issubclass(v, LenientStruct)]
+    assert len(structs) >= 8
+    for struct in structs:
+        if any(_plan(struct)):
+            assert "__post_init__" in vars(struct), struct

@@ -54,7 +54,7 @@ class StandIn:
     def __init__(self) -> None:
         self.base = STAND_IN  # set once the Coder to record is known, after VCR has its config
 
-    def __deepcopy__(self, memo: dict) -> StandIn:
+    def __deepcopy__(self, memo: dict[str, Any]) -> StandIn:
         return self  # pytest-recording deep-copies `vcr_config`: keep one shared base URL
 
     def request(self, request):
@@ -62,7 +62,7 @@ class StandIn:
             request.uri = STAND_IN + request.uri[len(self.base):]
         return request
 
-    def response(self, response: dict) -> dict:
+    def response(self, response: dict[str, Any]) -> dict[str, Any]:
         response = copy.deepcopy(response)
         dropped = ("set-cookie", *NOISY_RESPONSE_HEADERS)
         response["headers"] = {k: v for k, v in response["headers"].items() if k.lower() not in dropped}
@@ -88,7 +88,7 @@ def vcr_cassette_dir() -> str:
 
 
 @pytest.fixture
-def vcr_config(stand_in: StandIn) -> dict:
+def vcr_config(stand_in: StandIn) -> dict[str, Any]:
     return {
         "match_on": ("method", "path", "query", "body"),
         "filter_headers": [*SECRET_HEADERS, *NOISY_REQUEST_HEADERS, ("host", "coder.test")],
@@ -143,7 +143,7 @@ class Pace:
 
     pause: float  # between a test's polls
     attempts: int
-    server: dict
+    server: dict[str, Any]
 
     async def sleep(self) -> None:
         await asyncio.sleep(self.pause)
@@ -208,12 +208,12 @@ class Fleet:
         assert answer is not None  # None only after a miss, which failed above
         return answer
 
-    async def error(self, tool: str, **arguments: Any) -> dict:
+    async def error(self, tool: str, **arguments: Any) -> dict[str, Any]:
         answer = await self(tool, **arguments)
         assert set(answer) == {"error", "message", "details"}, answer
         return answer
 
-    async def until(self, check: Callable[[dict], bool], tool: str, **arguments: Any) -> dict:
+    async def until(self, check: Callable[[dict[str, Any]], bool], tool: str, **arguments: Any) -> dict[str, Any]:
         """Call `tool` until `check(answer)` holds, a bounded number of times.
 
         Replay answers each call with the next recorded answer, so the loop ends
@@ -226,9 +226,9 @@ class Fleet:
             await self.pace.sleep()
         raise AssertionError(f"{tool}({arguments}) never satisfied the check; last answer {answer}")
 
-    async def listed(self, name: str, check: Callable[[dict], bool]) -> dict:
+    async def listed(self, name: str, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         """Poll list_agents (one request a call) until agent `name` is listed and `check` holds for it."""
-        def entry(answer: dict) -> dict | None:
+        def entry(answer: dict[str, Any]) -> dict[str, Any] | None:
             return next((a for a in answer.get("agents", []) if a["name"] == name), None)
 
         answer = await self.until(lambda a: (e := entry(a)) is not None and check(e), "list_agents")
@@ -236,7 +236,7 @@ class Fleet:
         assert found is not None
         return found
 
-    async def finished(self, name: str) -> dict:
+    async def finished(self, name: str) -> dict[str, Any]:
         """Poll list_agents until agent `name`'s turn is over (`idle`, with how it ended)."""
         return await self.listed(name, lambda entry: entry["status"] == "idle" and entry["last_turn"] is not None)
 

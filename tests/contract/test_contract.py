@@ -13,6 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,7 +31,7 @@ def contract(test):
     return pytest.mark.block_network(pytest.mark.vcr(test))
 
 
-def names(answer: dict) -> list[str]:
+def names(answer: dict[str, Any]) -> list[str]:
     return [a["name"] for a in answer["agents"]]
 
 
@@ -255,7 +256,7 @@ SECRET_HEADERS = {"coder-session-token", "authorization", "cookie", "set-cookie"
 
 
 @functools.cache
-def cassettes() -> dict[str, dict]:
+def cassettes() -> dict[str, dict[str, Any]]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return {path.name: yaml.load(path.read_text(), Loader=loader) for path in sorted(CASSETTES.iterdir())}
 

@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +30,8 @@ def app(name: str, rest: str = "") -> str:
 async def agent_status(coder: httpx.AsyncClient, name: str) -> str:
     r = await coder.get(app(name, "status"))
     assert r.status_code == 200, r.text
-    return r.json()["status"]
+    status: str = r.json()["status"]
+    return status
 
 
 async def until(coder: httpx.AsyncClient, emulator: Emulator, name: str, want: str, limit: float = 30) -> None:
@@ -42,29 +44,31 @@ async def until(coder: httpx.AsyncClient, emulator: Emulator, name: str, want: s
     raise AssertionError(f"{name} never became {want}")
 
 
-async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: str = "", task: str = "") -> dict:
+async def agent(coder: httpx.AsyncClient, emulator: Emulator, name: str, spec: str = "", task: str = "") -> dict[str, Any]:
     """A fleet workspace whose AgentAPI answers (its first turn has just begun)."""
     params = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": spec, "fleet_mcp_current_task": task}
     r = await create_workspace(coder, name, params=params)
     assert r.status_code == 201, r.text
     for _ in range(80):
         if (await coder.get(app(name, "status"))).status_code == 200:
-            return r.json()
+            body: dict[str, Any] = r.json()
+            return body
         emulator.advance(0.25)
     raise AssertionError("AgentAPI never came up")
 
 
-async def messages(coder: httpx.AsyncClient, name: str) -> list[dict]:
+async def messages(coder: httpx.AsyncClient, name: str) -> list[dict[str, Any]]:
     r = await coder.get(app(name, "messages"))
     assert r.status_code == 200, r.text
-    return r.json()["messages"]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
 async def send(coder: httpx.AsyncClient, name: str, content: str, type: str = "user") -> httpx.Response:
     return await coder.post(app(name, "message"), json={"content": content, "type": type})
 
 
-async def history(coder: httpx.AsyncClient, ws: dict) -> list[tuple[str, str, str]]:
+async def history(coder: httpx.AsyncClient, ws: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The `ccw` app's statuses, newest first (from the newest start build), as (state, message, uri)."""
     builds = (await coder.get(f"/api/v2/workspaces/{ws['id']}/builds")).json()
     start = next(b for b in builds if b["transition"] == "start" and b["resources"])
@@ -72,15 +76,15 @@ async def history(coder: httpx.AsyncClient, ws: dict) -> list[tuple[str, str, st
     return [(s["state"], s["message"], s["uri"]) for s in ccw["statuses"]]
 
 
-async def latest(coder: httpx.AsyncClient, ws: dict) -> tuple[str, str, str]:
+async def latest(coder: httpx.AsyncClient, ws: dict[str, Any]) -> tuple[str, str, str]:
     s = (await coder.get(f"/api/v2/workspaces/{ws['id']}")).json()["latest_app_status"]
     return s["state"], s["message"], s["uri"]
 
 
-def assert_problem(r: httpx.Response, status: int, detail: str, messages: list[str] | None = None) -> dict:
+def assert_problem(r: httpx.Response, status: int, detail: str, messages: list[str] | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/problem+json"
-    body = r.json()
+    body: dict[str, Any] = r.json()
     assert {k: body[k] for k in ("title", "status", "detail")} == {
         "title": {400: "Bad Request", 422: "Unprocessable Entity", 500: "Internal Server Error"}[status],
         "status": status, "detail": detail}
@@ -334,7 +338,7 @@ async def test_full_scripted_session(coder, emulator):
 
 # --- the event stream, on a real socket ---------------------------------------------
 
-async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict]]:
+async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     event, data = "", []
     async for line in response.aiter_lines():
         if line.startswith("event: "):
@@ -346,7 +350,7 @@ async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict]]:
             event, data = "", []
 
 
-async def take(events: AsyncIterator[tuple[str, dict]], n: int) -> list[tuple[str, dict]]:
+async def take(events: AsyncIterator[tuple[str, dict[str, Any]]], n: int) -> list[tuple[str, dict[str, Any]]]:
     return [await asyncio.wait_for(anext(events), 5) for _ in range(n)]
 
 

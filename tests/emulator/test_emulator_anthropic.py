@@ -4,6 +4,7 @@ and sensible answers to everything else it may ask."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -13,13 +14,13 @@ from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 TOOLS = [{"name": "Write", "input_schema": {}}, {"name": "Bash", "input_schema": {}}]
 
 
-def _prompt(text: str, *later: dict) -> dict:
+def _prompt(text: str, *later: dict[str, Any]) -> dict[str, Any]:
     return {"model": "claude-sonnet-4-5", "max_tokens": 100, "tools": TOOLS,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"},
                                                       {"type": "text", "text": text}]}, *later]}
 
 
-def _tool_round(tool_id: str = "t1", error: bool = False) -> list[dict]:
+def _tool_round(tool_id: str = "t1", error: bool = False) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": [{"type": "tool_use", "id": tool_id, "name": "Write", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": "ok",
                                           "is_error": error}]},
@@ -32,7 +33,7 @@ async def api():
         yield client
 
 
-def _events(body: str) -> list[tuple[str, dict]]:
+def _events(body: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for chunk in body.strip().split("\n\n"):
         lines = dict(line.split(": ", 1) for line in chunk.splitlines())

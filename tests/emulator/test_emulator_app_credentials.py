@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
@@ -108,12 +109,12 @@ async def test_an_app_request_is_authenticated_where_coder_reads_its_token(emula
 async def test_the_runner_forward_passes_credentials_on_as_coder_does():
     fake = SimpleNamespace(app=Starlette(routes=[Route("/{rest:path}", echo)]))
     async with running(fake) as url, httpx.AsyncClient() as client:  # type: ignore[arg-type]
-        sent: list[dict] = []
+        sent: list[dict[str, Any]] = []
 
-        async def receive() -> dict:
+        async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def send(message: dict) -> None:
+        async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
         scope = {"type": "http", "method": "GET", "query_string": b"", "headers": [

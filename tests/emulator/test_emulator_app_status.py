@@ -16,11 +16,11 @@ NOT_AUTHORIZED = ("The agent cannot authenticate until the workspace provision j
                   "is no longer running, this agent is invalid.")
 
 
-async def started(coder: httpx.AsyncClient, emulator: Emulator, name: str = "reporter") -> dict:
+async def started(coder: httpx.AsyncClient, emulator: Emulator, name: str = "reporter") -> dict[str, Any]:
     """A workspace whose agent has the app `fleet` (nothing in the emulator reports for it), up and running."""
     if (await coder.get("/api/v2/organizations/coder/templates/runner-agents")).status_code == 404:
         await coder.post("/emulator/templates", json={"name": "runner-agents", "apps": ["fleet"]})
-    ws = (await create_workspace(coder, name, template="runner-agents")).json()
+    ws: dict[str, Any] = (await create_workspace(coder, name, template="runner-agents")).json()
     emulator.advance(30)
     return ws
 
@@ -28,7 +28,8 @@ async def started(coder: httpx.AsyncClient, emulator: Emulator, name: str = "rep
 async def token_of(coder: httpx.AsyncClient, name: str) -> str:
     r = await coder.get(f"/emulator/agents/{name}/token")
     assert r.status_code == 200, r.text
-    return r.json()["token"]
+    token: str = r.json()["token"]
+    return token
 
 
 async def report(coder: httpx.AsyncClient, token: str | None, body: dict[str, Any]) -> httpx.Response:
@@ -37,11 +38,12 @@ async def report(coder: httpx.AsyncClient, token: str | None, body: dict[str, An
     return await coder.patch(ROUTE, json=body, headers={"Coder-Session-Token": ""} | headers)
 
 
-async def workspace(coder: httpx.AsyncClient, ws_id: str) -> dict:
-    return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+async def workspace(coder: httpx.AsyncClient, ws_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+    return body
 
 
-def app_of(ws: dict, slug: str = "fleet") -> dict:
+def app_of(ws: dict[str, Any], slug: str = "fleet") -> dict[str, Any]:
     agent = ws["latest_build"]["resources"][0]["agents"][0]
     return next(a for a in agent["apps"] if a["slug"] == slug)
 

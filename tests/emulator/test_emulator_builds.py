@@ -11,13 +11,14 @@ from tests.support import create_workspace
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Build things"}
 
 
-async def get(coder: httpx.AsyncClient, ws_id: str) -> dict:
+async def get(coder: httpx.AsyncClient, ws_id: str) -> dict[str, Any]:
     r = await coder.get(f"/api/v2/workspaces/{ws_id}")
     assert r.status_code == 200, r.text
-    return r.json()
+    body: dict[str, Any] = r.json()
+    return body
 
 
-def agent_of(ws: dict) -> dict | None:
+def agent_of(ws: dict[str, Any]) -> dict[str, Any] | None:
     resources = ws["latest_build"]["resources"]
     return resources[0]["agents"][0] if resources and resources[0]["agents"] else None
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -31,10 +32,11 @@ def on_socket(url: str, timeout: float = 2.0) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url, headers={"Coder-Session-Token": TOKEN}, timeout=timeout)
 
 
-async def add_fault(client: httpx.AsyncClient, **rule: object) -> dict:
+async def add_fault(client: httpx.AsyncClient, **rule: object) -> dict[str, Any]:
     r = await client.post("/emulator/faults", json=rule)
     assert r.status_code == 201, r.text
-    return r.json()
+    body: dict[str, Any] = r.json()
+    return body
 
 
 async def fired(client: httpx.AsyncClient) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -23,13 +24,14 @@ def assert_page(r: httpx.Response, status: int, title: str, text: str = "") -> N
     assert r.headers["x-coder-build-version"]
 
 
-async def fleet_workspace(coder: httpx.AsyncClient, name: str, spec: str = "Build it [[finish:2]]") -> dict:
+async def fleet_workspace(coder: httpx.AsyncClient, name: str, spec: str = "Build it [[finish:2]]") -> dict[str, Any]:
     r = await create_workspace(coder, name, params={"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": spec})
     assert r.status_code == 201, r.text
-    return r.json()
+    body: dict[str, Any] = r.json()
+    return body
 
 
-async def build(coder: httpx.AsyncClient, ws: dict, transition: str) -> None:
+async def build(coder: httpx.AsyncClient, ws: dict[str, Any], transition: str) -> None:
     r = await coder.post(f"/api/v2/workspaces/{ws['id']}/builds", json={"transition": transition})
     assert r.status_code == 201, r.text
 

@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -182,7 +182,7 @@ async def test_real_runners_follow_their_workspaces(conformance):
     assert not root.exists()
 
 
-async def _runner_up(coder: httpx.AsyncClient, name: str) -> dict:
+async def _runner_up(coder: httpx.AsyncClient, name: str) -> dict[str, Any]:
     """Create a spec-less fleet workspace and wait for its runner behind the app proxy; its runner info."""
     await create_workspace(coder, name, template="fleet-runner", params={"fleet_mcp_managed": "true"})
 
@@ -190,11 +190,13 @@ async def _runner_up(coder: httpx.AsyncClient, name: str) -> dict:
         return (await coder.get(f"/@demo/{name}/apps/fleet/health")).status_code == 200
 
     await until(healthy, f"the runner of {name}")
-    return (await coder.get(f"/emulator/agents/{name}/runner")).json()
+    body: dict[str, Any] = (await coder.get(f"/emulator/agents/{name}/runner")).json()
+    return body
 
 
 async def _status(coder: httpx.AsyncClient, ws_id: str, status: str) -> bool:
-    return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()["latest_build"]["status"] == status
+    reached: bool = (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()["latest_build"]["status"] == status
+    return reached
 
 
 async def _true(value: bool) -> bool:

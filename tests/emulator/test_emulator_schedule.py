@@ -21,22 +21,23 @@ async def template(coder: httpx.AsyncClient, name: str, **schedule: object) -> N
     assert r.status_code == 201, r.text
 
 
-async def up(coder: httpx.AsyncClient, emulator: Emulator, name: str, template_name: str = "timed", **extra: Any) -> dict:
+async def up(coder: httpx.AsyncClient, emulator: Emulator, name: str, template_name: str = "timed", **extra: Any) -> dict[str, Any]:
     r = await create_workspace(coder, name, template=template_name, **extra)
     assert r.status_code == 201, r.text
     emulator.advance(30)
     return await get(coder, r.json()["id"])
 
 
-async def get(coder: httpx.AsyncClient, ws_id: str) -> dict:
-    return (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+async def get(coder: httpx.AsyncClient, ws_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = (await coder.get(f"/api/v2/workspaces/{ws_id}")).json()
+    return body
 
 
 def when(stamp: str | None) -> datetime | None:
     return datetime.fromisoformat(stamp) if stamp else None
 
 
-def completed(ws: dict) -> datetime:
+def completed(ws: dict[str, Any]) -> datetime:
     done = when(ws["latest_build"]["job"]["completed_at"])
     assert done is not None
     return done

@@ -24,15 +24,15 @@ def recorded() -> RecordedShapes:
 
 
 @pytest.fixture
-async def rich(coder: httpx.AsyncClient, emulator: Emulator) -> dict:
+async def rich(coder: httpx.AsyncClient, emulator: Emulator) -> dict[str, Any]:
     """A fleet workspace that ran its first turn: agent, apps and statuses present."""
-    ws = (await create_workspace(coder, "shapes", params={
+    ws: dict[str, Any] = (await create_workspace(coder, "shapes", params={
         "fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Shape up [[pr]]"})).json()
     emulator.advance(60)
     return ws
 
 
-async def ours_for(coder: httpx.AsyncClient, method: str, template: str, ws: dict) -> tuple[Any, int]:
+async def ours_for(coder: httpx.AsyncClient, method: str, template: str, ws: dict[str, Any]) -> tuple[Any, int]:
     t = await template_named(coder, "fleet-demo")
     version = t["active_version_id"]
     if method == "POST" and template.endswith("/builds"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -10,7 +12,7 @@ from tests.support import create_workspace, template_named
 FLEET = {"fleet_mcp_managed": "true", "fleet_mcp_agent_spec": "Do the thing"}
 
 
-async def params_of(coder: httpx.AsyncClient, ws: dict) -> dict[str, str]:
+async def params_of(coder: httpx.AsyncClient, ws: dict[str, Any]) -> dict[str, str]:
     r = await coder.get(f"/api/v2/workspacebuilds/{ws['latest_build']['id']}/parameters")
     return {p["name"]: p["value"] for p in r.json()}
 

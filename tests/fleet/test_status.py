@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from fleet_mcp.coder.schemas import Workspace, WorkspaceAppStatus
@@ -24,13 +25,13 @@ def workspace(build: str = "running", transition: str = "start", agent: dict[str
         apps = [{"id": "app", "slug": "ccw", "health": "healthy", **app}] if app is not None else []
         agents = [{"id": "agent", "name": "main", "status": "connected", "lifecycle_state": "ready", **agent,
                    "apps": apps}]
-    return Workspace.model_validate({
+    return msgspec.convert({
         "id": "ws", "name": "w", "owner_name": "demo", "template_name": "fleet-demo",
         "latest_build": {"id": "b", "status": build, "transition": transition, "created_at": BUILT.isoformat(),
                          "build_number": number,
                          "job": {"status": "succeeded", "error": error}, "resources": [{"agents": agents}]},
         "latest_app_status": latest,
-    })
+    }, Workspace)
 
 
 def app_status(state: str, seconds_after_build: float) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def test_base_status(ws: Workspace, expected: tuple[str, str | None]) -> None:
     (app_status("working", 0), "start", False),  # Coder wants it strictly after the build
     (app_status("complete", -5), "stop", True),  # a stop build keeps the last status worth showing
 ])
-def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fresh: bool) -> None:
+def test_fresh_app_status_follows_coder(latest: dict[str, Any] | None, transition: str, fresh: bool) -> None:
     ws = workspace("running" if transition == "start" else "stopped", transition, latest=latest)
     assert (fresh_app_status(ws) is not None) is fresh
 
@@ -101,7 +102,7 @@ def test_fresh_app_status_follows_coder(latest: dict | None, transition: str, fr
     (app_status("idle", 5), "idle"),
     (app_status("working", -5), "starting"),  # stale: from the previous run
 ])
-def test_list_status_reads_the_reporter(latest: dict | None, expected: str) -> None:
+def test_list_status_reads_the_reporter(latest: dict[str, Any] | None, expected: str) -> None:
     assert list_status(Snapshot.of(workspace(agent=READY_AGENT, app=HEALTHY, latest=latest), SLUGS)).value == expected
 
 
@@ -167,7 +168,7 @@ def test_a_runner_prompt_is_read_from_the_uri_the_runner_sets_never_from_the_mes
     uri = ("fleet-runner:needs-input?prompt=p-1&tool=Bash&asked_at=2026-01-01T00%3A00%3A05Z"
            "&input=make+test+%26%26+deploy")
     asking = reports("working", "idle:Needs input: Bash make test")
-    asking[0] = asking[0].model_copy(update={"uri": uri})
+    asking[0] = msgspec.structs.replace(asking[0], uri=uri)
     status = turn_status(asking, runner=True)
     assert status.pending is not None and status.pending.since is not None and status.problem is not None
     assert (status.value, status.pending.id, status.pending.tool) == ("needs_input", "p-1", "Bash")

@@ -18,6 +18,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,13 +33,14 @@ ISSUE_13 = {"wait_requests_per_poll": "wait_for_agents", "wait_first_progress_s"
 
 
 @pytest.fixture(scope="module")
-def figures() -> dict:
+def figures() -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(BENCH), "--smoke", "--breakdowns", "--json"], capture_output=True,
                           text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout[:2000]
-    return json.loads(lines[0])
+    body: dict[str, Any] = json.loads(lines[0])
+    return body
 
 
 def number(value: object, low: float = 0.0, high: float = math.inf) -> bool:

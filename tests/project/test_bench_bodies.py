@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import msgspec
 import pytest
 
 from fleet_mcp.coder.schemas import WorkspacesPage
@@ -45,6 +46,6 @@ async def test_real_sized_workspaces_are_as_big_and_keyed_as_real_ones_and_read_
     assert all(len(json.dumps(ws)) > 6 * len(json.dumps(small)) for ws, small in
                zip(grown, json.loads(lean)["workspaces"], strict=True))
     assert not [p for ws in grown for p in missing_keys(real, ws) if "ai_task_sidebar" not in p]
-    before, after = WorkspacesPage.model_validate_json(lean), WorkspacesPage.model_validate_json(body)
+    before, after = msgspec.json.decode(lean, type=WorkspacesPage), msgspec.json.decode(body, type=WorkspacesPage)
     assert [(w.name, list_status(Snapshot.of(w, Slugs()))) for w in before.workspaces] == \
         [(w.name, list_status(Snapshot.of(w, Slugs()))) for w in after.workspaces]

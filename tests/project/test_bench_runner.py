@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,11 +23,12 @@ APP = "/@demo/bench-0001.main/apps/fleet/"
 AT = "2026-11-24T12:00:00.000Z"
 
 
-def stand_in(route: str) -> dict:
+def stand_in(route: str) -> dict[str, Any]:
     raw = standin().runner_answer("GET", APP + route)
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ")
-    return json.loads(body)
+    answer: dict[str, Any] = json.loads(body)
+    return answer
 
 
 def one_turn(changes: Changes | None) -> Saved:
@@ -39,11 +41,12 @@ def one_turn(changes: Changes | None) -> Saved:
                                  finished_at=AT, pull_request_url=None, interrupted=False, changes=changes)])
 
 
-async def real(tmp_path: Path, saved: Saved, route: str) -> dict:
+async def real(tmp_path: Path, saved: Saved, route: str) -> dict[str, Any]:
     async with runner_api(tmp_path, saved) as runner:
         answer = await runner.get("/" + route)
     assert answer.status_code == 200
-    return answer.json()
+    body: dict[str, Any] = answer.json()
+    return body
 
 
 async def test_the_stand_ins_state_results_and_messages_have_the_runners_keys(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from fastmcp import Client
@@ -13,7 +15,7 @@ from tests.support import CheckedTransport, Tools, fleet_settings
 SPEC = "Ship it [[finish:2]]"
 
 
-async def named(coder: httpx.AsyncClient, name: str) -> list[dict]:
+async def named(coder: httpx.AsyncClient, name: str) -> list[dict[str, Any]]:
     page = (await coder.get("/api/v2/workspaces", params={"q": f"owner:me name:{name}"})).json()
     return [w for w in page["workspaces"] if w["name"] == name]
 

@@ -57,26 +57,27 @@ TOKEN = "demo-token"
 
 @pytest.fixture(scope="module", params=DRIVERS)
 def kind(request: pytest.FixtureRequest) -> str:
-    return request.param
+    param: str = request.param
+    return param
 
 
 @pytest.fixture(scope="module")
-def doc(kind: str) -> dict:
+def doc(kind: str) -> dict[str, Any]:
     return template(kind)
 
 
 @pytest.fixture(scope="module")
-def parameters(doc: dict) -> dict[str, dict]:
+def parameters(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return parameters_of(doc)
 
 
 @pytest.fixture(scope="module")
-def presets(doc: dict) -> dict[str, dict]:
+def presets(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return presets_of(doc)
 
 
 @pytest.fixture(scope="module")
-def role_prompts(doc: dict) -> dict[str, str]:
+def role_prompts(doc: dict[str, Any]) -> dict[str, str]:
     prompts = merged(doc, "locals").get("role_prompts")
     assert isinstance(prompts, dict), "locals must hold a role_prompts map"
     return prompts
@@ -113,11 +114,11 @@ def test_terraform_fmt() -> None:
 
 # --- the contract both drivers keep -------------------------------------------------
 
-def test_template_parses(doc: dict) -> None:
+def test_template_parses(doc: dict[str, Any]) -> None:
     assert labelled(doc, "data") and labelled(doc, "resource")
 
 
-def test_pins(doc: dict) -> None:
+def test_pins(doc: dict[str, Any]) -> None:
     terraform = merged(doc, "terraform")
     assert terraform["required_version"] == ">= 1.9"
     providers = merged({"p": terraform["required_providers"]}, "p")
@@ -126,32 +127,32 @@ def test_pins(doc: dict) -> None:
     assert providers["docker"]["source"] == "kreuzwerker/docker"
 
 
-def test_declares_every_fleet_parameter(parameters: dict) -> None:
+def test_declares_every_fleet_parameter(parameters: dict[str, Any]) -> None:
     missing = [name for name in FLEET_PARAMETERS if name not in parameters]
     assert not missing, f"Coder would silently drop {missing}"
 
 
 @pytest.mark.parametrize("name", FLEET_PARAMETERS)
-def test_fleet_parameter_is_mutable_with_a_default(parameters: dict, name: str) -> None:
+def test_fleet_parameter_is_mutable_with_a_default(parameters: dict[str, Any], name: str) -> None:
     param = parameters[name]
     assert flag(param.get("mutable")) is True, f"{name} must be mutable"
     assert "default" in param and param["default"] is not None, f"{name} needs a default (else it is required)"
 
 
-def test_managed_marker(parameters: dict) -> None:
+def test_managed_marker(parameters: dict[str, Any]) -> None:
     managed = parameters["fleet_mcp_managed"]
     assert str(managed["default"]).lower() == "false"
     assert not as_list(managed.get("option")), "the marker takes true/false only"
 
 
-def test_role_parameter(parameters: dict) -> None:
+def test_role_parameter(parameters: dict[str, Any]) -> None:
     role = parameters[ROLE]
     assert [o["value"] for o in options(role)] == ROLE_OPTIONS
     assert role["default"] == "coder"
     assert role.get("type", "string") == "string"
 
 
-def test_project_validation_accepts_its_default_and_template_names(parameters: dict) -> None:
+def test_project_validation_accepts_its_default_and_template_names(parameters: dict[str, Any]) -> None:
     project = parameters[PROJECT]
     rule = validation(project)
     assert rule.get("error"), "Coder requires an error message with a regex"
@@ -164,12 +165,12 @@ def test_project_validation_accepts_its_default_and_template_names(parameters: d
 
 
 @pytest.mark.parametrize("name", ["fleet_mcp_agent_spec", "fleet_mcp_current_task"])
-def test_text_parameters_are_textareas(parameters: dict, name: str) -> None:
+def test_text_parameters_are_textareas(parameters: dict[str, Any], name: str) -> None:
     assert parameters[name].get("form_type") == "textarea"
     assert parameters[name]["default"] == ""
 
 
-def test_presets_set_only_their_role(presets: dict, parameters: dict) -> None:
+def test_presets_set_only_their_role(presets: dict[str, Any], parameters: dict[str, Any]) -> None:
     assert sorted(presets) == sorted(ROLE_OPTIONS)
     for name, preset in presets.items():
         assert preset["parameters"] == {ROLE: name}, f"preset {name} must set {ROLE} and nothing else"
@@ -177,14 +178,14 @@ def test_presets_set_only_their_role(presets: dict, parameters: dict) -> None:
     assert [n for n, p in presets.items() if flag(p.get("default"))] == ["coder"], "exactly one default preset"
 
 
-def test_preset_descriptions_match_role_options(presets: dict, parameters: dict) -> None:
+def test_preset_descriptions_match_role_options(presets: dict[str, Any], parameters: dict[str, Any]) -> None:
     # The fleet describes a role from its preset, else from the option: both say the same.
     described = {o["value"]: o["description"] for o in options(parameters[ROLE])}
     for name, preset in presets.items():
         assert preset.get("description", described[name]) == described[name]
 
 
-def test_role_prompts(role_prompts: dict, doc: dict) -> None:
+def test_role_prompts(role_prompts: dict[str, Any], doc: dict[str, Any]) -> None:
     endings = merged(doc, "locals")["role_endings"]
     assert sorted(endings) == sorted(DRIVERS), "every driver ends every role's prompt"
     assert sorted(role_prompts) == sorted(ROLE_OPTIONS)
@@ -196,20 +197,20 @@ def test_role_prompts(role_prompts: dict, doc: dict) -> None:
     assert "coder_report_task" in endings["agentapi"]["coder"] and "summary" in endings["runner"]["coder"]
 
 
-def test_system_prompt_comes_from_the_role_map(doc: dict, parameters: dict) -> None:
+def test_system_prompt_comes_from_the_role_map(doc: dict[str, Any], parameters: dict[str, Any]) -> None:
     locals_ = merged(doc, "locals")
     assert parameter_ref(parameters[ROLE]) in locals_["role"] and "keys(local.role_prompts)" in locals_["role"]
     assert locals_["system_prompt"] == "${local.role_prompts[local.role]}${local.role_endings[var.driver][local.role]}\n"
 
 
-def test_no_coder_ai_task(doc: dict) -> None:
+def test_no_coder_ai_task(doc: dict[str, Any]) -> None:
     kinds = {type_ for k in ("resource", "data") for type_, _ in labelled(doc, k)}
     assert "coder_ai_task" not in kinds
     for tf in HERE.rglob("*.tf"):
         assert not re.search(r'^\s*(resource|data)\s+"?coder_ai_task', tf.read_text(), re.MULTILINE), tf
 
 
-def test_credentials_are_sensitive_variables(doc: dict, parameters: dict) -> None:
+def test_credentials_are_sensitive_variables(doc: dict[str, Any], parameters: dict[str, Any]) -> None:
     variables = named(doc, "variable")
     key = variables["anthropic_api_key"]
     assert flag(key.get("sensitive")) is True and key.get("default") == ""
@@ -221,7 +222,7 @@ def test_credentials_are_sensitive_variables(doc: dict, parameters: dict) -> Non
     assert not readable, "parameters are readable metadata"
 
 
-def test_compute(doc: dict) -> None:
+def test_compute(doc: dict[str, Any]) -> None:
     resources = labelled(doc, "resource")
     assert ("coder_agent", "main") in resources
     assert any(t == "docker_volume" for t, _ in resources)
@@ -233,7 +234,7 @@ def test_compute(doc: dict) -> None:
     assert container["user"] == "coder", "Claude refuses to skip permissions as root"
 
 
-def test_runner_parameters_only_where_the_runner_runs(parameters: dict, kind: str) -> None:
+def test_runner_parameters_only_where_the_runner_runs(parameters: dict[str, Any], kind: str) -> None:
     # create_agent sends model and budgets exactly when the template declares them; AgentAPI could not use them.
     declared = [p for p in RUNNER_PARAMETERS if p in parameters]
     assert declared == (list(RUNNER_PARAMETERS) if kind == "runner" else [])
@@ -242,14 +243,14 @@ def test_runner_parameters_only_where_the_runner_runs(parameters: dict, kind: st
 # --- the AgentAPI driver: claude-code 4.x ----------------------------------------------
 
 @pytest.fixture(scope="module")
-def claude_code() -> dict:
+def claude_code() -> dict[str, Any]:
     doc = template("agentapi")
     modules = [body for body in named(doc, "module").values() if body.get("source") == CLAUDE_CODE_SOURCE]
     assert len(modules) == 1, "the AgentAPI driver must use the claude-code module exactly once"
     return modules[0]
 
 
-def test_claude_code_module(claude_code: dict) -> None:
+def test_claude_code_module(claude_code: dict[str, Any]) -> None:
     assert claude_code["version"] == "4.9.2"
     assert flag(claude_code.get("web_app", True)) is True, "web_app off = no `ccw` app, no route to AgentAPI"
     assert flag(claude_code.get("report_tasks", True)) is True, "report_tasks off = no system prompt, no statuses"
@@ -271,13 +272,13 @@ def test_web_app_slug_is_the_clients_default() -> None:
                 if a.get("slug") == APP["agentapi"]]
 
 
-def test_ai_prompt_is_the_spec(claude_code: dict) -> None:
+def test_ai_prompt_is_the_spec(claude_code: dict[str, Any]) -> None:
     assert claude_code["ai_prompt"] == parameter_ref(parameters_of(template("agentapi"))[SPEC])
 
 
 # --- the emulator's demo seed mirrors the template of its runtime ----------------------
 
-async def _seeded_fleet_templates(kind: str) -> dict[str, tuple[list[dict], list[dict], list[str]]]:
+async def _seeded_fleet_templates(kind: str) -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]]:
     """{template: (rich parameters, presets, the first agent's app slugs)} of the seed's fleet templates."""
     emulator = Emulator(token=TOKEN, agent_runtime=kind)
     out = {}
@@ -298,7 +299,7 @@ async def _seeded_fleet_templates(kind: str) -> dict[str, tuple[list[dict], list
     return out
 
 
-def _pick(d: dict, *keys: str) -> Any:
+def _pick(d: dict[str, Any], *keys: str) -> Any:
     """A field under either casing (presets are PascalCase in real Coder)."""
     for key in keys:
         if key in d:
@@ -307,12 +308,12 @@ def _pick(d: dict, *keys: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def seeded(kind: str) -> dict:
+def seeded(kind: str) -> dict[str, Any]:
     return asyncio.run(_seeded_fleet_templates(kind))
 
 
 @pytest.mark.parametrize("template", ["fleet-demo", "fleet-research"])
-def test_seed_declares_the_template_parameters(seeded: dict, parameters: dict, template: str) -> None:
+def test_seed_declares_the_template_parameters(seeded: dict[str, Any], parameters: dict[str, Any], template: str) -> None:
     seed_params = {p["name"]: p for p in seeded[template][0]}
     assert set(seed_params) == set(parameters), "the seed declares what the template declares, no more"
     for name, hcl in parameters.items():
@@ -332,7 +333,7 @@ def test_seed_declares_the_template_parameters(seeded: dict, parameters: dict, t
         assert seed.get("validation_error", "") == rule.get("error", ""), name
 
 
-def test_seed_presets_match_the_template(seeded: dict, presets: dict) -> None:
+def test_seed_presets_match_the_template(seeded: dict[str, Any], presets: dict[str, Any]) -> None:
     seed_presets = seeded["fleet-demo"][1]
     got = {_pick(p, "Name", "name"): {_pick(x, "Name", "name"): _pick(x, "Value", "value")
                                       for x in _pick(p, "Parameters", "parameters") or []}
@@ -343,11 +344,11 @@ def test_seed_presets_match_the_template(seeded: dict, presets: dict) -> None:
 
 
 @pytest.mark.parametrize("template", ["fleet-demo", "fleet-research"])
-def test_seed_agents_offer_the_templates_app(seeded: dict, kind: str, template: str) -> None:
+def test_seed_agents_offer_the_templates_app(seeded: dict[str, Any], kind: str, template: str) -> None:
     assert seeded[template][2] == [APP[kind]]
 
 
-def test_seed_roles_match_the_role_map(role_prompts: dict, parameters: dict) -> None:
+def test_seed_roles_match_the_role_map(role_prompts: dict[str, Any], parameters: dict[str, Any]) -> None:
     assert set(ROLES) == set(role_prompts)
     assert set(ROLE_PROMPTS) == set(role_prompts)
     assert all("$" not in p for p in ROLE_PROMPTS.values())

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,23 +40,23 @@ SCRIPT_ONLY = {"FLEET_RUNNER_REQUIREMENT", "FLEET_RUNNER_GIT_AUTH_ID"}
 
 
 @pytest.fixture(scope="module")
-def doc() -> dict:
+def doc() -> dict[str, Any]:
     return template("runner")
 
 
 @pytest.fixture(scope="module")
-def locals_(doc: dict) -> dict:
+def locals_(doc: dict[str, Any]) -> dict[str, Any]:
     return merged(doc, "locals")
 
 
-def render(text: str, locals_: dict) -> str:
+def render(text: str, locals_: dict[str, Any]) -> str:
     """`${local.x}` and bare `local.x` replaced by their values, until none is left."""
     for _ in range(5):
         text = re.sub(r"\$\{local\.(\w+)\}|\Alocal\.(\w+)\Z", lambda m: str(locals_[m[1] or m[2]]), text)
     return text
 
 
-def test_the_optional_runner_parameters(doc: dict) -> None:
+def test_the_optional_runner_parameters(doc: dict[str, Any]) -> None:
     params = parameters(doc)
     for name in RUNNER_PARAMETERS:
         p = params[name]
@@ -69,7 +70,7 @@ def test_the_optional_runner_parameters(doc: dict) -> None:
     assert not validation(params[MODEL])
 
 
-def test_the_fleet_app(doc: dict, locals_: dict) -> None:
+def test_the_fleet_app(doc: dict[str, Any], locals_: dict[str, Any]) -> None:
     apps = list(of_type(doc, "resource", "coder_app").values())
     assert len(apps) == 1
     app = apps[0]
@@ -85,13 +86,13 @@ def test_the_fleet_app(doc: dict, locals_: dict) -> None:
     assert app["subdomain"].startswith("var.")
 
 
-def test_no_agentapi(doc: dict) -> None:
+def test_no_agentapi(doc: dict[str, Any]) -> None:
     assert not named(doc, "module"), "the runner driver counts in no other module (no AgentAPI, no claude-code 4.x)"
     slugs = [a.get("slug") for a in of_type(doc, "resource", "coder_app").values()]
     assert Settings.model_fields["agentapi_app_slug"].default not in slugs
 
 
-def test_the_runner_environment(doc: dict, locals_: dict) -> None:
+def test_the_runner_environment(doc: dict[str, Any], locals_: dict[str, Any]) -> None:
     params = parameters(doc)
     env = locals_["runner_env"]
     assert {k: v for k, v in env.items() if k not in SCRIPT_ONLY | {"DISABLE_AUTOUPDATER"}} == {
@@ -126,7 +127,7 @@ def test_the_runner_environment(doc: dict, locals_: dict) -> None:
     assert permission["default"] == RunnerSettings.model_fields["permission_mode"].default
 
 
-def test_the_start_script_exports_every_variable_safely(doc: dict) -> None:
+def test_the_start_script_exports_every_variable_safely(doc: dict[str, Any]) -> None:
     scripts = of_type(doc, "resource", "coder_script")
     start = next(s for s in scripts.values() if flag(s.get("run_on_start")))
     stop = next(s for s in scripts.values() if flag(s.get("run_on_stop")))
@@ -144,7 +145,7 @@ def test_the_start_script_exports_every_variable_safely(doc: dict) -> None:
         assert name not in envs
 
 
-def test_installs_the_servers_version(doc: dict, locals_: dict) -> None:
+def test_installs_the_servers_version(doc: dict[str, Any], locals_: dict[str, Any]) -> None:
     version = named(doc, "variable")["fleet_mcp_version"]["default"]
     pyproject = tomllib.loads((TEMPLATES.parent / "pyproject.toml").read_text())
     assert version == fleet_mcp.__version__ == pyproject["project"]["version"]
@@ -153,7 +154,7 @@ def test_installs_the_servers_version(doc: dict, locals_: dict) -> None:
     assert "preinstalled" in locals_["fleet_mcp_requirement"]
 
 
-def test_claude_credentials_and_git(doc: dict) -> None:
+def test_claude_credentials_and_git(doc: dict[str, Any]) -> None:
     envs = {body["name"]: body for body in of_type(doc, "resource", "coder_env").values()}
     key = envs["ANTHROPIC_API_KEY"]
     assert key["value"] == "var.anthropic_api_key"
@@ -185,7 +186,7 @@ def workspace(tmp_path: Path) -> dict[str, str]:
             "FLEET_RUNNER_ALLOWED_HOSTS": "coder.example.com,fleet--main--ws--me.*"}
 
 
-def start_runner(env: dict[str, str]) -> subprocess.CompletedProcess:
+def start_runner(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """start-runner.sh in a session of its own, so its supervisor and runner can be killed as a group."""
     return subprocess.run(["bash", str(HERE / "start-runner.sh")], env=env, capture_output=True, text=True,
                           timeout=150, stdin=subprocess.DEVNULL, check=False, start_new_session=True)

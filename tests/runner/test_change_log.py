@@ -8,7 +8,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -23,7 +23,7 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def task(log: ChangeLog, work: Callable[[], object]) -> tuple[dict | None, str | None]:
+def task(log: ChangeLog, work: Callable[[], object]) -> tuple[dict[str, Any] | None, str | None]:
     """One task: note the start, do `work`, record the end (the summary as the runner sends it)."""
     asyncio.run(log.begin())
     work()
@@ -32,7 +32,7 @@ def task(log: ChangeLog, work: Callable[[], object]) -> tuple[dict | None, str |
 
 
 def diff(log: ChangeLog, scope: Literal["task", "agent"], path: str | None, fmt: str, page: int,
-         page_size: int) -> dict:
+         page_size: int) -> dict[str, Any]:
     """A page of the diff, as the runner sends it."""
     return asyncio.run(log.diff(scope, path, fmt, page, page_size)).model_dump()
 

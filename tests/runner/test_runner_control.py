@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,13 +22,13 @@ def git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("repository")
     seed_repository(work)
     return {"workdir": work, "FLEET_RUNNER_STATE_FILE": str(tmp_path_factory.mktemp("state") / "state.json")}
 
 
-def _hanging(runner: RunningRunner, api: ScriptedAPI, name: str) -> tuple[str, dict]:
+def _hanging(runner: RunningRunner, api: ScriptedAPI, name: str) -> tuple[str, dict[str, Any]]:
     """Starts a turn whose model call hangs; waits until it is working and that call is open at the scripted API."""
     hang = f"Think forever about {name} [[hang]]"
     assert runner.post("/message", {"content": hang}).status_code == 202

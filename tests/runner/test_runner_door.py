@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ EVIL = "http://evil.example"
 COMMAND: list[str] = []  # the next Bash command the model runs (the agent's attack), once
 
 
-def _script(body: dict) -> Reply:
+def _script(body: dict[str, Any]) -> Reply:
     """The scripted model's usual answers, but its next call offering Bash runs the command in COMMAND."""
     if COMMAND and any(t.get("name") == "Bash" for t in body.get("tools") or []):
         return Reply(tool="Bash", tool_input={"command": COMMAND.pop(), "description": "Look around"})
@@ -39,13 +40,13 @@ def api() -> Iterator[ScriptedAPI]:
 
 
 @pytest.fixture(scope="module")
-def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("work")
     (work / "attack.py").write_text(ATTACK)
     return {"workdir": work, "CODER_AGENT_TOKEN": "agent-secret"}
 
 
-def _asking(runner: RunningRunner) -> dict:
+def _asking(runner: RunningRunner) -> dict[str, Any]:
     return runner.wait_for(lambda s: s["state"] == "needs_input", what="a permission request")
 
 
@@ -77,7 +78,7 @@ def test_a_web_page_on_a_forwarded_port_can_neither_answer_nor_read(runner):
     print(f"browser calls refused: {len(attacks)} of {len(attacks)}")
 
 
-def _ask(runner: RunningRunner) -> dict:
+def _ask(runner: RunningRunner) -> dict[str, Any]:
     """Sends ASK and waits until Claude Code asks to run its command (permitted.txt not yet written)."""
     (runner.workdir / "permitted.txt").unlink(missing_ok=True)  # another test's
     assert runner.post("/message", {"content": ASK}).status_code == 202

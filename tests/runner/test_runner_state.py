@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,11 +36,12 @@ def finished(task: str) -> Result:
                   interrupted=False, changes=Changes(repository="/work", files_total=1, added_lines=2, removed_lines=0))
 
 
-async def state(tmp_path: Path, saved: Saved) -> dict:
+async def state(tmp_path: Path, saved: Saved) -> dict[str, Any]:
     async with runner_api(tmp_path, saved) as runner:
         answer = await runner.get("/state")
     assert answer.status_code == 200
-    return answer.json()
+    body: dict[str, Any] = answer.json()
+    return body
 
 
 async def test_state_says_the_latest_task_and_output(tmp_path):

@@ -9,6 +9,7 @@ import re
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -53,7 +54,7 @@ async def audited(emulator: Emulator, conformance: Conformance, audit_path: Path
         yield Tools(client)
 
 
-def records(path: Path) -> list[dict]:
+def records(path: Path) -> list[dict[str, Any]]:
     lines = path.read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
 

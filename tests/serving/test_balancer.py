@@ -67,7 +67,7 @@ ROUNDS = 6  # at most; a round tests every tool with a call on its replica (most
 SETTLE_S = 5.0  # after the first held answer: the other calls are held or refused by then (an SSE ping is 15 s)
 
 
-def case_arguments(case: str) -> dict:
+def case_arguments(case: str) -> dict[str, Any]:
     arguments = dict(WRITES[CASES[case]][0])
     key = "name" if "name" in arguments else "agent_name"
     arguments[key] = f"{arguments[key]}-{case[-1]}"
@@ -76,7 +76,8 @@ def case_arguments(case: str) -> dict:
 
 def case_agent(case: str) -> str:
     arguments = case_arguments(case)
-    return arguments.get("agent_name") or arguments["name"]
+    name: str = arguments.get("agent_name") or arguments["name"]
+    return name
 
 
 class HoldAnswer:
@@ -339,7 +340,7 @@ def test_waits_cut_by_a_rolling_restart_all_get_an_answer(pair, tmp_path, capsys
     assert exit_code == 0 and stopped_in < 3  # the waits answered at once: no grace spent on them
 
 
-async def rolling_restart(base: str, victim: Running) -> tuple[list, list, int, float]:
+async def rolling_restart(base: str, victim: Running) -> tuple[list[Any], list[Any], int, float]:
     """WAITERS clients wait (until idle, on an agent that never is); once every wait has reported progress,
     `victim` gets SIGTERM. A wait cut with `unavailable` is called again once, as its hint says."""
     started = [asyncio.Event() for _ in range(WAITERS)]

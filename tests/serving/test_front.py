@@ -102,7 +102,8 @@ def test_healthz_costs_coder_nothing_in_per_user_mode(tmp_path):
     with emulator_process() as coder, per_user_server(tmp_path, coder.url) as running, \
             httpx.Client(timeout=WAIT_S) as http:
         def coder_requests() -> int:
-            return http.get(coder.url + "/emulator/requests", headers={"Coder-Session-Token": TOKEN}).json()["total"]
+            total: int = http.get(coder.url + "/emulator/requests", headers={"Coder-Session-Token": TOKEN}).json()["total"]
+            return total
 
         before = coder_requests()
         for n in range(20):

@@ -169,7 +169,8 @@ def test_600_bad_requests_cost_coder_at_most_100_requests_over_http(coder, tmp_p
     with per_user_server(tmp_path, coder.url) as running, httpx.Client(timeout=10) as http:
         def checks() -> int:
             counts = http.get(coder.url + "/emulator/requests", headers={"Coder-Session-Token": TOKEN}).json()
-            return counts["routes"].get(USERS_ME, 0)
+            routes: int = counts["routes"].get(USERS_ME, 0)
+            return routes
 
         def post(token: str, **headers: str) -> httpx.Response:
             return http.post(running.url, json=INIT,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from typing import Any
 
 import httpx
 import httpx2
@@ -163,7 +164,7 @@ async def test_gate_drain_ends_get_streams_and_refuses_new_requests():
 
     drain = Drain()
     gate = Gate(app, token=SecretStr(TOKEN), drain=drain)
-    sent: list[dict] = []
+    sent: list[dict[str, Any]] = []
 
     async def send(message):
         sent.append(message)

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 
 
-def serve_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def serve_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """The server over stdio against its emulator: one initialize, then stdin ends and it stops."""
     return subprocess.run([*SERVER, "--emulator"], input=json.dumps(INIT) + "\n", capture_output=True, text=True,
                           timeout=WAIT_S, env=clean_env(**env), cwd=tmp_path, check=False)
@@ -46,7 +47,7 @@ def test_an_unknown_level_is_one_line_and_exit_2(tmp_path):
     assert done.stderr.startswith("fleet-mcp: invalid setting FLEET_MCP_LOG_LEVEL"), done.stderr
 
 
-def call(id_: int, tool: str, **arguments: object) -> dict:
+def call(id_: int, tool: str, **arguments: object) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
 
 

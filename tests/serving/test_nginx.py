@@ -41,12 +41,12 @@ class Load:
         self.errors: list[str] = []
         self.calls = Counter[str]()
         self.created: dict[str, list[str]] = {user: [] for user in USERS}
-        self.cut: list[tuple[str, str, dict]] = []  # calls the stop cut short: (user, tool, arguments)
+        self.cut: list[tuple[str, str, dict[str, Any]]] = []  # calls the stop cut short: (user, tool, arguments)
         self.total = total
         self.halfway = asyncio.Event()
 
     async def call(self, user: str, tools: Tools, tool: str, expect: str | None = None, also: str | None = None,
-                   **arguments: Any) -> dict:
+                   **arguments: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
             answer = await tools(tool, **arguments)

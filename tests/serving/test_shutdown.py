@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -56,25 +57,26 @@ class Stdio:
         self.stdin, self.stdout = proc.stdin, proc.stdout
         self.next_id = 0
 
-    async def send(self, message: dict) -> None:
+    async def send(self, message: dict[str, Any]) -> None:
         self.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
         await self.stdin.drain()
 
-    async def request(self, method: str, params: dict) -> int:
+    async def request(self, method: str, params: dict[str, Any]) -> int:
         self.next_id += 1
         await self.send({"id": self.next_id, "method": method, "params": params})
         return self.next_id
 
-    async def answer(self, request_id: int) -> dict:
+    async def answer(self, request_id: int) -> dict[str, Any]:
         while True:  # every stdout line is JSON-RPC; notifications may come first
             line = await asyncio.wait_for(self.stdout.readline(), WAIT_S)
             assert line, "stdout closed before the answer"
-            message = json.loads(line)
+            message: dict[str, Any] = json.loads(line)
             if message.get("id") == request_id:
                 return message
 
-    async def call(self, tool: str, arguments: dict) -> dict:
-        return (await self.answer(await self.request("tools/call", {"name": tool, "arguments": arguments})))["result"]
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = (await self.answer(await self.request("tools/call", {"name": tool, "arguments": arguments})))["result"]
+        return result
 
 
 @contextlib.asynccontextmanager
@@ -188,7 +190,7 @@ async def test_stdio_second_signal_stops_waiting(tmp_path):
 
 
 def test_http_second_signal_stops_waiting(tmp_path):
-    async def call_then_two_signals(url: str, proc: subprocess.Popen) -> float:
+    async def call_then_two_signals(url: str, proc: subprocess.Popen[bytes]) -> float:
         async with (asyncio.timeout(WAIT_S), streamable_http_client(url, terminate_on_close=False) as (read, write),
                     ClientSession(read, write) as session):
             await session.initialize()

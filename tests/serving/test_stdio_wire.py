@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from tests.processes import MODERN, SERVER, WAIT_S, clean_env, emulator_process,
 pytestmark = pytest.mark.system
 
 
-def answers(stdout: str) -> dict[object, dict]:
+def answers(stdout: str) -> dict[object, dict[str, Any]]:
     out = [json.loads(line) for line in stdout.splitlines()]
     return {json.dumps(m.get("id")) + ("" if "id" in m else "?"): m for m in out}
 

@@ -9,6 +9,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,25 +33,25 @@ TASKS = {**MODERN, "io.modelcontextprotocol/clientCapabilities": {"extensions": 
 SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
 
 
-def line(request_id: int, method: str, params: dict) -> str:
+def line(request_id: int, method: str, params: dict[str, Any]) -> str:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": TASKS}})
 
 
-def stdio_server(coder_url: str, token: str) -> subprocess.Popen:
+def stdio_server(coder_url: str, token: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*fleet_command()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True,
                             env=clean_env(CODER_URL=coder_url, CODER_SESSION_TOKEN=token,
                                           FLEET_MCP_WAIT_POLL_INTERVAL_S="0.3"))
 
 
-def ask(proc: subprocess.Popen, out: Lines, request_id: int, method: str, params: dict) -> dict:
+def ask(proc: subprocess.Popen[str], out: Lines, request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
     assert proc.stdin is not None
     proc.stdin.write(line(request_id, method, params) + "\n")
     proc.stdin.flush()
     while True:
         got = out.next(3 * WAIT_S)  # the first answer waits for the server to start (seconds on a busy machine)
         assert got is not None, "the server ended"
-        message = json.loads(got)
+        message: dict[str, Any] = json.loads(got)
         if message.get("id") == request_id:
             return message
 
@@ -100,7 +101,7 @@ async def test_a_task_started_on_one_replica_is_polled_on_the_other(tmp_path):
     from fastmcp.client.transports import StreamableHttpTransport
     from mcp.shared.exceptions import MCPError
 
-    def client(url: str, token: str, tasks: TasksClient) -> Client:
+    def client(url: str, token: str, tasks: TasksClient) -> Client[StreamableHttpTransport]:
         return Client(StreamableHttpTransport(url, headers={"Authorization": f"Bearer {token}"}),
                       extensions=[tasks.extension()])
 

@@ -5,6 +5,8 @@ turn is over. Real Claude Code through `fleet-mcp runner`, the model scripted (r
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.runners import disk, needs_sdk, runner_fleet
@@ -14,9 +16,9 @@ pytestmark = [pytest.mark.system, needs_sdk]
 
 
 async def test_a_prompt_goes_to_the_user_and_their_answer_to_the_agent(conformance):
-    asked: list[tuple[str, dict]] = []
+    asked: list[tuple[str, dict[str, Any]]] = []
 
-    def user(key: str, form: dict) -> dict:
+    def user(key: str, form: dict[str, Any]) -> dict[str, Any]:
         asked.append((key, form))
         return {"action": "accept", "content": {"allow": len(asked) == 1, "message": "" if len(asked) == 1 else
                                                 "Not on this machine."}}

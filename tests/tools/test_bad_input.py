@@ -28,13 +28,14 @@ import httpx
 import jsonschema
 import pytest
 from fastmcp import Client
+from fastmcp.client.transports import FastMCPTransport
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fleet_mcp.emulator import Emulator
 from fleet_mcp.server import build_server
 from tests.conformance import Conformance
-from tests.support import TOKEN, TOOLS, CheckedTransport, fleet_settings
+from tests.support import TOKEN, TOOLS, CheckedTransport, first_text, fleet_settings
 
 T = TypeVar("T")
 
@@ -69,19 +70,19 @@ class Rig:
         self.conformance = conformance
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="fleet-rig", daemon=True)
-        self.schemas: dict[str, dict] = {}
+        self.schemas: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> Rig:
         self.thread.start()
-        ready: concurrent.futures.Future = concurrent.futures.Future()
+        ready: concurrent.futures.Future[Client[FastMCPTransport]] = concurrent.futures.Future()
         self.main = asyncio.run_coroutine_threadsafe(self._serve(ready), self.loop)
         self.client = ready.result(timeout=30)
         tools = self._run(self.client.list_tools())
-        self.schemas = {t.name: t.output_schema for t in tools}
-        assert len(self.schemas) == len(TOOLS)
+        self.schemas = {t.name: t.output_schema for t in tools if t.output_schema is not None}
+        assert len(self.schemas) == len(TOOLS)  # every tool has an output schema
         return self
 
-    async def _serve(self, ready: concurrent.futures.Future) -> None:
+    async def _serve(self, ready: concurrent.futures.Future[Client[FastMCPTransport]]) -> None:
         self.stop = asyncio.Event()
         transport = CheckedTransport(httpx.ASGITransport(app=self.emulator.app), self.conformance)
         async with Client(build_server(fleet_settings(), transport=transport)) as client:
@@ -98,14 +99,14 @@ class Rig:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> tuple[object, ...]:
         b = self.emulator.backend
         workspaces = sorted((w.id, w.name, w.owner_id, w.deleted, w.latest_build.id, len(w.builds))
                             for w in b.workspaces.values())
         sessions = sorted((k, len(s.messages), s.status, s.keys) for k, s in cast(dict[str, Any], b.sessions).items())
         return workspaces, sessions, len(b.templates)
 
-    def call(self, tool: str, arguments: dict) -> tuple[bool, dict]:
+    def call(self, tool: str, arguments: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """(is_error, envelope or structured content); nothing may change in the emulator."""
         CALLS["n"] += 1
         before = self.snapshot()
@@ -118,7 +119,7 @@ class Rig:
             self.emulator.backend.requests.clear()
         assert not writes, f"{tool} sent {writes} with {short(arguments)}"
         if result.is_error:
-            answer = json.loads(result.content[0].text)
+            answer = json.loads(first_text(result.content))
             assert set(answer) == {"error", "message", "details"}, answer
             assert answer["error"] in ERRORS, answer
             assert "unexpected problem" not in answer["message"], (tool, short(arguments), answer)
@@ -143,7 +144,7 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
             handler.setLevel(level)
 
 
-def short(arguments: dict) -> str:
+def short(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=True)[:300]
 
 
@@ -196,12 +197,12 @@ page_value = st.one_of(
 blank = st.text(st.sampled_from(" \t\n\r\x0b\x0c\u3000\u00a0\u2028\u2029\x1c\x1d\x1e\x1f\x85"), max_size=20)
 
 
-def extra_fields(params: list[str], min_size: int = 0) -> st.SearchStrategy[dict]:
+def extra_fields(params: list[str], min_size: int = 0) -> st.SearchStrategy[dict[str, Any]]:
     return st.dictionaries(st.text(min_size=1, max_size=12).filter(lambda k: k not in params), any_value,
                            min_size=min_size, max_size=2)
 
 
-def arguments(fields: dict[str, st.SearchStrategy]) -> st.SearchStrategy[dict]:
+def arguments(fields: dict[str, st.SearchStrategy]) -> st.SearchStrategy[dict[str, Any]]:
     """Each field drawn from its strategy or left out; sometimes extra fields."""
     optional = st.fixed_dictionaries({}, optional=fields)
     return st.tuples(optional, st.one_of(st.just({}), extra_fields(list(fields)))).map(lambda p: {**p[1], **p[0]})
@@ -225,7 +226,7 @@ def valid_text(value: object) -> bool:
         return False
 
 
-def could_create(args: dict) -> bool:
+def could_create(args: dict[str, Any]) -> bool:
     """Whether a well-behaved fleet would create a workspace from these arguments (kept out: it is no bad input)."""
     name, project, spec = (args.get(k) for k in ("name", "project", "spec"))
     role = args.get("role", "coder")
@@ -243,7 +244,7 @@ AGENT_TOOLS = ["show_agent", "show_agent_task_history", "show_agent_log", "delet
 agent_name = st.one_of(any_value, st.just(WORKER), spellings(WORKER))
 
 
-def agent_arguments(tool: str) -> st.SearchStrategy[dict]:
+def agent_arguments(tool: str) -> st.SearchStrategy[dict[str, Any]]:
     fields: dict[str, st.SearchStrategy] = {"agent_name": agent_name}
     good: dict[str, object] = {"agent_name": WORKER}
     if tool in ("show_agent_task_history", "show_agent_log"):
@@ -266,7 +267,7 @@ agent_calls = st.sampled_from(AGENT_TOOLS).flatmap(lambda t: st.tuples(st.just(t
 def test_agent_tools_answer_every_input(rig: Rig) -> None:
     @settings(SETTINGS, max_examples=450)
     @given(agent_calls)
-    def run(call: tuple[str, dict]) -> None:
+    def run(call: tuple[str, dict[str, Any]]) -> None:
         tool, args = call
         name = args.get("agent_name")
         if tool == "delete_agent":  # with extra fields it must be refused, even for a real agent
@@ -299,7 +300,7 @@ create_arguments = st.one_of(
 def test_create_agent_refuses_bad_input_and_creates_nothing(rig: Rig) -> None:
     @settings(SETTINGS, max_examples=300)
     @given(create_arguments)
-    def run(args: dict) -> None:
+    def run(args: dict[str, Any]) -> None:
         assume(not could_create(args))
         is_error, answer = rig.call("create_agent", args)
         assert is_error and answer["error"] in ("bad_request", "not_found"), (short(args), answer)
@@ -334,7 +335,7 @@ list_calls = st.one_of(
 def test_lists_answer_every_input_and_show_only_the_fleet(rig: Rig) -> None:
     @settings(SETTINGS, max_examples=300)
     @given(list_calls)
-    def run(call: tuple[str, dict]) -> None:
+    def run(call: tuple[str, dict[str, Any]]) -> None:
         tool, args = call
         is_error, answer = rig.call(tool, args)
         if is_error:

@@ -15,6 +15,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ class Orchestrator:
         self.notifications: list[str] = []
         self.woken_at: float | None = None
 
-    def __call__(self, body: dict) -> Reply:
+    def __call__(self, body: dict[str, Any]) -> Reply:
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
         last = json.dumps(messages[-1] if messages else {})
         if "Wait for the fleet" not in json.dumps(body.get("messages")):

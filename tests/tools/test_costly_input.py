@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,8 @@ def app_mode() -> str:
     return "path"
 
 
-def nested(depth: int) -> dict:
-    schema: dict = {"type": "string"}
+def nested(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
     for _ in range(depth):
         schema = {"type": "object", "properties": {"a": schema}}
     return schema

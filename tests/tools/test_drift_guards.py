@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import msgspec
 
 from fleet_mcp.coder.schemas import Workspace
 
@@ -36,8 +37,8 @@ async def test_a_listing_without_app_statuses_is_unknown_not_idle(tools, emulato
 def test_absent_status_fields_differ_from_empty_ones():
     build: dict[str, Any] = {"id": "b", "resources": [{"id": "r", "agents": [{"id": "a", "name": "main", "apps": [
         {"id": "p", "slug": "ccw"}]}]}]}
-    assert not Workspace.model_validate({"id": "w", "name": "w", "latest_build": build}).sends_app_statuses
-    assert Workspace.model_validate({"id": "w", "name": "w", "latest_build": build,
-                                     "latest_app_status": None}).sends_app_statuses
+    assert not msgspec.convert({"id": "w", "name": "w", "latest_build": build}, Workspace).sends_app_statuses
+    assert msgspec.convert({"id": "w", "name": "w", "latest_build": build, "latest_app_status": None,
+                            "sends_app_statuses": False}, Workspace).sends_app_statuses
     build["resources"][0]["agents"][0]["apps"][0]["statuses"] = []
-    assert Workspace.model_validate({"id": "w", "name": "w", "latest_build": build}).sends_app_statuses
+    assert msgspec.convert({"id": "w", "name": "w", "latest_build": build}, Workspace).sends_app_statuses

@@ -6,6 +6,8 @@ without reaching it. Either way the tool answers what really happened.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from fleet_mcp.emulator import Emulator
@@ -20,7 +22,7 @@ async def make(tools: Tools, emulator: Emulator, name: str, spec: str) -> None:
     emulator.advance(30)
 
 
-async def fault(coder: httpx.AsyncClient, match: str, rule: dict) -> None:
+async def fault(coder: httpx.AsyncClient, match: str, rule: dict[str, Any]) -> None:
     assert (await coder.post("/emulator/faults", json={"match": match, **rule})).status_code == 201
 
 

@@ -46,11 +46,13 @@ async def test_a_far_future_prompt_time_costs_only_its_agent(tools, coder, emula
 async def fault(coder: httpx.AsyncClient, match: str, kind: str, **params: object) -> str:
     made = await coder.post("/emulator/faults", json={"match": match, "kind": kind, **params})
     assert made.status_code == 201, made.text
-    return made.json()["id"]
+    rule_id: str = made.json()["id"]
+    return rule_id
 
 
 async def fired(coder: httpx.AsyncClient, rule: str) -> int:
-    return next(f["fired"] for f in (await coder.get("/emulator/faults")).json()["faults"] if f["id"] == rule)
+    count: int = next(f["fired"] for f in (await coder.get("/emulator/faults")).json()["faults"] if f["id"] == rule)
+    return count
 
 
 async def test_a_runner_stating_a_far_future_time_costs_only_its_entry(tools, coder, emulator):

@@ -22,7 +22,7 @@ HUGE = "echo " + "a" * 70_000 + " > /dev/null; touch Z"
 ASKED = {"BANNER": BANNER, "TWO_LINES": TWO_LINES, "HUGE": HUGE}
 
 
-def asker(body: dict) -> Reply:
+def asker(body: dict[str, Any]) -> Reply:
     """The scripted model, but a prompt naming one of ASKED asks for that Bash command once."""
     prompt: Any = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"
                    and "tool_result" not in str(m.get("content"))), {})
@@ -38,10 +38,11 @@ def asker(body: dict) -> Reply:
 fleet = shared_runner_fleet(asker)  # one fleet for the file's stories, on the scripted model above
 
 
-async def _asking(tools: Tools, name: str) -> dict:
+async def _asking(tools: Tools, name: str) -> dict[str, Any]:
     waited = await all_met(tools, [name], until="needs_input")
     assert waited["met"] == [name], waited
-    return waited["agents"][0]["pending"]
+    pending: dict[str, Any] = waited["agents"][0]["pending"]
+    return pending
 
 
 async def test_every_tool_shows_a_prompts_whole_input_and_a_cut_one_is_allowed_only_when_said(story):

@@ -27,7 +27,8 @@ async def _parameter(coder: httpx.AsyncClient, name: str) -> str:
     """The agent's `fleet_mcp_runner_key` as Coder holds it (what the workspace's agent token reads too)."""
     ws = (await coder.get(f"/api/v2/users/demo/workspace/{name}")).json()
     params = (await coder.get(f"/api/v2/workspacebuilds/{ws['latest_build']['id']}/parameters")).json()
-    return next(p["value"] for p in params if p["name"] == "fleet_mcp_runner_key")
+    value: str = next(p["value"] for p in params if p["name"] == "fleet_mcp_runner_key")
+    return value
 
 
 def test_the_key_is_derived_from_the_secret_the_owner_and_the_nonce():

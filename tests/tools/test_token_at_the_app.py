@@ -41,7 +41,7 @@ class Story:
         self.tools, self.impostor = tools, impostor
         self.reached: dict[str, int] = {}
 
-    async def __call__(self, tool: str, **arguments: Any) -> dict:
+    async def __call__(self, tool: str, **arguments: Any) -> dict[str, Any]:
         before = len(self.impostor.seen)
         answer = await self.tools(tool, **arguments)
         self.reached[tool] = self.reached.get(tool, 0) + len(self.impostor.seen) - before

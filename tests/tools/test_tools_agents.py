@@ -127,7 +127,8 @@ async def test_outsiders_are_never_touched(tools, emulator, coder, name):
 async def fleet_requests(tools: Tools, coder: httpx.AsyncClient) -> int:
     await coder.delete("/emulator/requests")
     await tools("list_agents")
-    return (await coder.get("/emulator/requests")).json()["total"]
+    total: int = (await coder.get("/emulator/requests")).json()["total"]
+    return total
 
 
 async def test_list_costs_the_same_requests_at_3_and_300_agents(tools, coder):

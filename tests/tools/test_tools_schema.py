@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.support import TOOLS, Tools
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
-async def listed(tools: Tools) -> list[dict]:
+async def listed(tools: Tools) -> list[dict[str, Any]]:
     return [
         {"name": t.name, "title": t.title, "description": t.description,
          "annotations": t.annotations.model_dump(exclude_none=True, by_alias=True) if t.annotations else None,

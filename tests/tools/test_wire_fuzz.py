@@ -317,7 +317,7 @@ def test_every_tool_on_any_runner_answer_is_a_value_or_the_agents_problem(emulat
             emulator.control.faults.add({"match": f"* /@demo/fuzzed.*/apps/fleet/{route}", "kind": "garbage",
                                          "body": body})
 
-        async def call() -> dict:
+        async def call() -> dict[str, Any]:
             async with asyncio.timeout(CALL_S):
                 return await tools(tool, **arguments)
 
