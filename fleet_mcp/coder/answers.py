@@ -113,7 +113,8 @@ def _validated(where: str, model: Any, content: bytes) -> Any:
         loc = loc.strip("`").removeprefix("$").lstrip(".")
         raise Unavailable(None, f"Unexpected answer to {where}: {loc}: {said}" if loc else
                           f"Unexpected answer to {where}: {said}") from None
-    except (msgspec.DecodeError, RecursionError) as exc:  # not JSON, or nested deeper than msgspec goes
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:  # not JSON (not UTF-8, in a field
+        # read), or nested deeper than msgspec goes
         raise Unavailable(None, f"Unreadable JSON from {where}", str(exc), cause="garbled") from None
     except pydantic.ValidationError as exc:
         first = exc.errors(include_url=False)[0]

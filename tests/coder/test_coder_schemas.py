@@ -560,6 +560,7 @@ def test_a_listing_reads_as_leniently_as_the_pydantic_models_did() -> None:
     (_listing(latest_build={"id": "b", "build_number": "two"}),
      "Unexpected answer to GET /api/v2/workspaces: workspaces[0].latest_build.build_number: Expected `int`, got `str`"),
     (_listing()[:-20], "Unreadable JSON from GET /api/v2/workspaces"),
+    (_listing(name="w").replace(b'"name": "w"', b'"name": "\xff"'), "Unreadable JSON from GET /api/v2/workspaces"),
     (b'{"workspaces": [{"id": "w", "name": "w", "unknown": ' + b"[" * 100_000 + b"]" * 100_000
      + b', "latest_build": {"id": "b"}}]}', "Unreadable JSON from GET /api/v2/workspaces"),
 ])
