@@ -33,7 +33,7 @@ from ..models import AgentList, AgentLog, AgentSummary, LogMessage, Projects, Ro
 from ..settings import Settings
 from ..times import iso
 from .answers import agent_answer, facts, last_activity, with_screen_prompt
-from .asks import confirmed_all
+from .asks import confirmed_all, marked, read_idle
 from .builds import Builds
 from .projects import Catalog
 from .reads import nothing, own_problem, prefetch, quietly
@@ -71,6 +71,7 @@ class Fleet:
         self.builds = Builds(client, settings)
         self._params: dict[str, dict[str, str]] = {}
         self._ready: dict[str, Driver] = {}  # by lower-case name: how each agent last seen ready is reached
+        self._taken: dict[str, str] = {}  # by workspace id: its newest app status when its runner took a task
         # What runner keys are derived from (drivers/keys.py); never logged, redacted where the server writes.
         self.runner_secret = settings.runner_secret.get_secret_value() if settings.runner_secret else None
 
@@ -149,6 +150,21 @@ class Fleet:
     def remembered(self, name: str) -> Driver | None:
         return self._ready.get(name.lower())
 
+    def took_task(self, ws: Workspace) -> None:
+        """`ws`'s runner took a task: its statuses reach Coder later (Coder's CLI queues them), so until Coder
+        holds a newer one than now, a list asks the runner whether it is idle (`lags`)."""
+        if ws.id in self._taken or len(self._taken) < READY_KEPT:
+            self._taken[ws.id] = ws.latest_app_status.id if ws.latest_app_status else ""
+
+    def lags(self, ws: Workspace) -> bool:
+        """Whether Coder holds no app status of `ws` newer than when its runner last took a task (`took_task`)."""
+        if (taken := self._taken.get(ws.id)) is None:
+            return False
+        if taken != (ws.latest_app_status.id if ws.latest_app_status else ""):
+            del self._taken[ws.id]
+            return False
+        return True
+
     async def live(self, driver: Driver | None, *, deadline: float | None) -> tuple[Live | None, str | None]:
         """(the driver's live state, or why it could not be had)."""
         if driver is None:
@@ -211,12 +227,14 @@ class Fleet:
         listed = [(ws, self._summary(ws)) for ws in page.workspaces
                   if not project or project.lower() in (ws.template_name.lower(), ws.template_display_name.lower())]
         del page
-        # A runner's prompt, and whether one waits, come from the runner, never from the listing's mark (asks.py).
-        seen = [Snapshot.of(ws, self.slugs) for ws, s in listed
-                if s.status == "needs_input" and s.status_source == "app status"]
-        marked = [(snap, list_status(snap)) for snap in seen]
-        now = {snap.workspace.id: found for (snap, _), found in zip(
-            marked, await confirmed_all(self, marked, deadline=deadline), strict=True)}
+        # A runner's prompt, and whether one waits, come from the runner, never from the listing's mark; and
+        # whether it is idle, while Coder has not caught up with a task it took here (asks.py).
+        seen = [Snapshot.of(ws, self.slugs) for ws, s in listed if s.status_source == "app status" and (
+            s.status == "needs_input" or (s.status == "idle" and self.lags(ws)))]
+        asked = [(snap, list_status(snap)) for snap in seen]
+        now = {snap.workspace.id: found for (snap, _), found in zip(asked, await confirmed_all(
+            self, asked, deadline=deadline, which=lambda snap, st: marked(snap, st) or read_idle(snap, st)),
+            strict=True)}
         agents = [s.model_copy(update=facts(now[ws.id])) if ws.id in now else s for ws, s in listed]
         agents = [s for s in agents if not status or s.status == status]
         return AgentList(agents=agents, total_count=len(agents))

@@ -57,7 +57,7 @@ class Turns:
         check_text("task_description", description)
         if result_schema is not None:
             check_result_schema(result_schema)
-        _, driver, live = await self.fleet.ready(name, deadline=deadline)
+        ws, driver, live = await self.fleet.ready(name, deadline=deadline)
         if result_schema is not None and driver.kind != "runner":
             raise bad_request(f"Agent {name!r} runs on AgentAPI, which cannot give a typed answer: result_schema "
                               "needs a runner agent.", field="result_schema", driver=driver.kind)
@@ -73,6 +73,8 @@ class Turns:
             queued = False
         except DriverError as exc:
             raise refused(name, exc, if_busy=if_busy) from None
+        if driver.kind == "runner":
+            self.fleet.took_task(ws)  # lists ask the runner until Coder has its news (asks.read_idle)
         starting = live.state == "starting"  # the runner holds it until Claude Code is up
         queued = queued or starting
         task = Task(message=description, uri="", state="queued" if queued else "working", needs_user_attention=False,

@@ -186,7 +186,7 @@ async def test_stop_start_resumes_and_budgets_end_turns(story):
 
 async def test_a_task_taken_reads_busy_in_every_wait_while_coders_statuses_lag(story):
     """Coder's CLI queues a status and delivers it later (cli/exp_mcp.go), so on a slow machine Coder still
-    shows the agent ready after its runner took a task: held here, the wait must ask the runner."""
+    shows the agent ready after its runner took a task: held here, the wait and the list ask the runner."""
     tools, coder = story.tools, story.coder
     await tools("create_agent", name="sdk-lag", project="fleet-demo", spec="Write the notes")
     await all_met(tools, ["sdk-lag"])
@@ -199,6 +199,7 @@ async def test_a_task_taken_reads_busy_in_every_wait_while_coders_statuses_lag(s
         assert sent["agent_status"] == "busy", sent
         at_once = await tools("wait_for_agents", agent_names=["sdk-lag"], until=["idle", "failed"], timeout_s=0)
         assert (at_once["met"], at_once["agents"][0]["status"]) == ([], "busy"), (typed, at_once)
+        assert named((await tools("list_agents"))["agents"], "sdk-lag")["status"] == "busy"
         if not typed:  # (while Claude Code reconnects, the runner cannot interrupt the typed one: left to run)
             assert (await tools("cancel_agent_task", agent_name="sdk-lag"))["agent_status"] == "idle"
             assert (await all_met(tools, ["sdk-lag"], until=["idle", "failed"]))["agents"][0]["status"] == "idle"
