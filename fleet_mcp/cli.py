@@ -23,7 +23,7 @@ sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 SERVE_EXIT_CODES = """\
 exit codes:
-  0  stopped cleanly (stdin closed, SIGTERM or SIGINT; calls in flight get 5 s to finish)
+  0  stopped cleanly (SIGTERM or SIGINT: calls in flight get 5 s to finish; stdin closed: their deadlines)
   2  could not start: one line on stderr names the cause and the fix
 """
 
