@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import re
 from datetime import datetime, timezone
+from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar, get_type_hints
 
 import msgspec
@@ -98,18 +99,16 @@ class _Plan(NamedTuple):
     unescaped: tuple[str, ...]
 
 
-_PLANS: dict[type, _Plan] = {}
-
-
+@cache
 def _plan(cls: type) -> _Plan:
     """Which fields of `cls` are `ListOf`, `Timestamp` and `Unescaped` (told by their validators)."""
+    hints = get_type_hints(cls, include_extras=True)
+
     def having(func: Any) -> tuple[str, ...]:
         return tuple(name for name, hint in hints.items()
                      if any(getattr(m, "func", None) is func for m in getattr(hint, "__metadata__", ())))
 
-    hints = get_type_hints(cls, include_extras=True)
-    plan = _PLANS[cls] = _Plan(having(_none_to_list), having(parse_timestamp), having(_unescaped))
-    return plan
+    return _Plan(having(_none_to_list), having(parse_timestamp), having(_unescaped))
 
 
 class LenientStruct(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,7 +122,7 @@ class LenientStruct(msgspec.Struct, frozen=True, kw_only=True):
 
 def lenient_fields(self: LenientStruct) -> None:
     """A struct's `__post_init__`: its `ListOf`, `Timestamp` and `Unescaped` fields read as `lenient` says."""
-    plan = _PLANS.get(type(self)) or _plan(type(self))
+    plan = _plan(type(self))
     for name in plan.lists:
         if getattr(self, name) is None:
             force_setattr(self, name, [])
