@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from . import __version__
 
-__all__ = ["main"]
+__all__ = ["main", "preload"]
 
 # httpx imports its own command-line client (click, rich, pygments) whenever those are installed, and falls back
 # when that import fails: this process never runs it, and importing it costs start-up 15-20 ms.
@@ -226,6 +226,29 @@ def _serve(args: argparse.Namespace) -> int:
         if stop_emulator is not None:
             stop_emulator()  # its runner processes stop with it
     return 0
+
+
+def preload() -> None:
+    """Import what serving takes, by serving one call in memory: a fork server (`fleet_mcp.emulator.forks`, as
+    the tests start their `fleet-mcp` processes) does it once for every copy it forks."""
+    asyncio.run(_serve_once())
+
+
+async def _serve_once() -> None:
+    import httpx
+    import uvicorn  # noqa: F401 - what serving over HTTP imports
+    from fastmcp import Client
+
+    from .doctor import main as _doctor  # noqa: F401
+    from .emulator.app import Emulator
+    from .server import build_server
+    from .serving import front, preflight, run  # noqa: F401
+    from .settings import Settings
+
+    emulator = Emulator()
+    settings = Settings(coder_url="http://emulator.local", coder_session_token=emulator.token)
+    async with Client(build_server(settings, transport=httpx.ASGITransport(app=emulator.app))) as client:
+        await client.call_tool("list_agents", {}, raise_on_error=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -30,10 +31,57 @@ SERVER = [sys.executable, "-m", "fleet_mcp"]
 # Upper bounds on processes starting, answering and stopping: met in seconds on an idle machine, they must hold
 # on a loaded 2-core one (a server's start-up took over 20 s at load 14); a real hang still fails, later.
 WAIT_S = 120.0
+RELAY = Path(__file__).resolve().parents[1] / "fleet_mcp" / "emulator" / "relay.py"
 
 
-def fleet_command() -> list[str]:
-    """The `fleet-mcp` console script beside this Python (as installed), else `python -m fleet_mcp`."""
+class Forks:
+    """`fleet-mcp` processes as copies of one process that imported it (fleet_mcp/emulator/forks.py), started
+    at first use: each `fleet-mcp` then costs a relay's few milliseconds and a fork, where importing fastmcp
+    and mcp cost ~2 s of CPU. A copy is the process a test asked for (its stdio, arguments, environment,
+    directory, file limits; signals passed on, exit code or signal passed back), except that its pid is not the
+    one the caller holds: a test that reads a process by its pid starts it with `fleet_command(real=True)`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: subprocess.Popen[str] | None = None
+        self._directory = ""
+
+    def command(self) -> list[str]:
+        """The command that runs `fleet-mcp ARGS...` (append ARGS) as a copy."""
+        with self._lock:
+            if self._server is None or self._server.poll() is not None:
+                self._start()
+        return [sys.executable, "-I", "-S", str(RELAY), self._directory, "fleet_mcp.cli"]
+
+    def _start(self) -> None:
+        self._directory = tempfile.mkdtemp(prefix="fleet-forks-")
+        self._server = subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", self._directory,
+                                         "fleet_mcp.cli"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True, env=clean_env(), cwd=self._directory,
+                                        start_new_session=True)
+        if Lines(pipes(self._server)[1]).next() != "ready\n":
+            raise RuntimeError(f"the fork server did not start: exit code {self._server.poll()}")
+
+    def close(self) -> None:
+        """End the fork server (the copies it made run on, each until its relay's test stops it)."""
+        with self._lock:
+            if self._server is not None:
+                pipes(self._server)[0].close()
+                self._server.wait(WAIT_S)
+                pipes(self._server)[1].close()
+                self._server = None
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+
+FORKS: Forks | None = None  # set by the tests' conftest: the benchmark measures real processes
+
+
+def fleet_command(real: bool = False) -> list[str]:
+    """How a test runs `fleet-mcp`: a copy forked by FORKS when the tests set it (unless `real`), else the
+    `fleet-mcp` console script beside this Python (as installed), else `python -m fleet_mcp`."""
+    if FORKS is not None and not real:
+        return FORKS.command()
     script = Path(sys.executable).with_name("fleet-mcp")
     return [str(script)] if script.exists() else SERVER
 
@@ -151,10 +199,11 @@ class Emulated:
 
 
 @contextmanager
-def emulator_process(*args: str, stderr: IO[str] | int = subprocess.DEVNULL) -> Iterator[Emulated]:
+def emulator_process(*args: str, stderr: IO[str] | int = subprocess.DEVNULL, real: bool = False
+                     ) -> Iterator[Emulated]:
     """`fleet-mcp emulator --port 0 *args` (real time; AgentAPI agents unless `args` say `--agent-runtime runner`),
-    serving before this yields; stopped after."""
-    proc = subprocess.Popen([*fleet_command(), "emulator", "--port", "0", "--agent-runtime", "agentapi", *args],
+    serving before this yields; stopped after. `real`: a process of its own, never a copy (see `Forks`)."""
+    proc = subprocess.Popen([*fleet_command(real), "emulator", "--port", "0", "--agent-runtime", "agentapi", *args],
                             stdout=subprocess.PIPE,
                             stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=clean_env())
     try:
@@ -191,17 +240,17 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 @contextmanager
 def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1",
                 command: list[str] | None = None, file_limit: tuple[int, int | None] | None = None,
-                port: int | None = None) -> Iterator[Running]:
+                port: int | None = None, real: bool = False) -> Iterator[Running]:
     """An HTTP MCP server on a free port, answering before this yields; stopped (SIGTERM) after.
 
     By default `fleet-mcp --emulator --transport http`; `command` replaces `fleet-mcp --emulator` (it must
     take `--transport http --host H --port P` too); `file_limit` lowers its open-file limits; `port` is a free
-    one unless given.
+    one unless given; `real`: a process of its own, never a copy (see `Forks`: its pid is the server's).
     """
     port = port or free_port()
     err = tmp_path / f"stderr-{port}.log"
     with open(tmp_path / f"stdout-{port}.log", "w") as out, open(err, "w") as errfile:
-        full = [*(command or [*SERVER, "--emulator"]), "--transport", "http", "--host", host, "--port", str(port),
+        full = [*(command or [*fleet_command(real), "--emulator"]), "--transport", "http", "--host", host, "--port", str(port),
                 *args]
         proc = subprocess.Popen(with_file_limit(full, *(file_limit or (None,))), stdout=out, stderr=errfile,
                                 stdin=subprocess.DEVNULL, env=env or clean_env(), cwd=tmp_path)
@@ -213,12 +262,12 @@ def http_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None, h
         stop(proc)
 
 
-def per_user_server(tmp_path: Path, coder_url: str, *args: str, port: int | None = None,
+def per_user_server(tmp_path: Path, coder_url: str, *args: str, port: int | None = None, real: bool = False,
                     **settings: str) -> AbstractContextManager[Running]:
     """`fleet-mcp --transport http` in per-user mode (FLEET_MCP_AUTH=coder) against `coder_url`, no server token,
     its audit log at tmp_path/audit-<port>.jsonl unless `settings` names one (FLEET_MCP_AUDIT_LOG)."""
     env = clean_env(CODER_URL=coder_url, FLEET_MCP_AUTH="coder", **settings)
-    return http_server(tmp_path, *args, env=env, command=fleet_command(), port=port)
+    return http_server(tmp_path, *args, env=env, command=fleet_command(real), port=port)
 
 
 NGINX_MAIN = """worker_processes 1;
@@ -334,5 +383,5 @@ def modern_call(request_id: object, tool: str, arguments: dict[str, Any]) -> str
 def piped(*lines: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
           ) -> subprocess.CompletedProcess[str]:
     """`printf lines | fleet-mcp --emulator [args]`, bounded: what a script does."""
-    return subprocess.run([*SERVER, "--emulator", *args], check=False, input="".join(line + "\n" for line in lines),
+    return subprocess.run([*fleet_command(), "--emulator", *args], check=False, input="".join(line + "\n" for line in lines),
                           capture_output=True, text=True, timeout=WAIT_S, env=env or clean_env())

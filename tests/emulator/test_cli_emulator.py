@@ -133,13 +133,13 @@ def test_coders_app_flags_serve_subdomain_apps_and_refuse_path_apps():
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path):
     import socket
 
-    from tests.processes import SERVER, WAIT_S, clean_env
+    from tests.processes import WAIT_S, clean_env, fleet_command
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([*SERVER, "emulator", "--port", str(port)], env=clean_env(), cwd=tmp_path,
+        done = subprocess.run([*fleet_command(), "emulator", "--port", str(port)], env=clean_env(), cwd=tmp_path,
                               capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""  # no CODER_URL for an emulator that is not serving

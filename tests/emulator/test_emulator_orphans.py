@@ -71,7 +71,7 @@ def test_a_killed_emulator_takes_its_runners_their_claude_codes_and_its_scratch_
     kept = (scratch / f"fleet-emulator-{os.getpid()}-live", scratch / "fleet-emulator-unknown")
     for root in kept:
         root.mkdir()
-    with http_server(tmp_path, "--agent-runtime", "runner", env=clean_env(TMPDIR=str(scratch))) as server:
+    with http_server(tmp_path, "--agent-runtime", "runner", env=clean_env(TMPDIR=str(scratch)), real=True) as server:
         def agents_up() -> dict[int, str]:
             under = descendants(server.proc.pid)
             return under if any("_bundled/claude" in c for c in under.values()) else {}

@@ -171,7 +171,7 @@ def _children_cpu_s() -> float:
 
 async def test_the_cli_a_runner_workspace_forks_reports_the_same_for_a_fraction_of_a_process_start(fresh, tmp_path,
                                                                                                      monkeypatch):
-    """The emulator's runner workspaces fork their `coder` from one process that imported it (coder_forks.py):
+    """The emulator's runner workspaces fork their `coder` from one process that imported it (emulator/forks.py):
     the same reports by the same route, at a few tenths of a second of CPU where a process of its own cost
     2-3 s (importing fastmcp), half of what a runner workspace cost."""
     bin_dir = tmp_path / "bin"

@@ -32,7 +32,7 @@ from fleet_mcp.serving.audit import (
     line_of,
 )
 from tests.conformance import Conformance
-from tests.processes import SERVER, WAIT_S, clean_env, modern_call, piped, refusal
+from tests.processes import WAIT_S, clean_env, fleet_command, modern_call, piped, refusal
 from tests.support import TOKEN, CheckedTransport, Tools, fleet_settings
 
 AUTH_TOKEN = "http-auth-t0ken-for-the-audit-test"
@@ -151,7 +151,7 @@ def test_an_unwritable_audit_log_is_a_start_up_error(tmp_path):
 @pytest.mark.system
 async def test_fleet_mcp_writes_the_audit_log(tmp_path):
     path = tmp_path / "audit.jsonl"
-    params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--emulator"], cwd=str(tmp_path),
+    params = StdioServerParameters(command=(fleet := fleet_command())[0], args=[*fleet[1:], "--emulator"], cwd=str(tmp_path),
                                    env=clean_env(FLEET_MCP_AUDIT_LOG=str(path)))
     with open(tmp_path / "stderr.log", "w") as errlog:
         async with (asyncio.timeout(WAIT_S), stdio_client(params, errlog=errlog) as (read, write),
@@ -165,7 +165,7 @@ async def test_fleet_mcp_writes_the_audit_log(tmp_path):
 
 @pytest.mark.system
 def test_fleet_mcp_refuses_an_unwritable_audit_log(tmp_path):
-    done = subprocess.run([*SERVER, "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOG=str(tmp_path)), cwd=tmp_path,
+    done = subprocess.run([*fleet_command(), "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOG=str(tmp_path)), cwd=tmp_path,
                           capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     assert refusal(done) == f"fleet-mcp: cannot open FLEET_MCP_AUDIT_LOG={tmp_path}: Is a directory"
 

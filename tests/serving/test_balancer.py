@@ -187,7 +187,8 @@ class Pair:
         here.mkdir()
         self.logs.append(here / "audit.jsonl")
         return self.stack.enter_context(per_user_server(
-            here, self.emulator_url, port=port, FLEET_MCP_MAX_AGENTS="0", FLEET_MCP_AUDIT_LOG=str(self.logs[-1])))
+            here, self.emulator_url, port=port, real=True, FLEET_MCP_MAX_AGENTS="0",
+            FLEET_MCP_AUDIT_LOG=str(self.logs[-1])))  # real: which replica holds a connection is read by its pid
 
     def serving(self) -> Pair:
         for n, replica in enumerate(self.replicas):

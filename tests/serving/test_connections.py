@@ -78,7 +78,7 @@ def test_idle_and_half_sent_connections_time_out(tmp_path):
 def test_a_flood_of_idle_connections_does_not_lock_out_a_valid_client(tmp_path, limits, cap):
     """Soft limit 256 (raised to the hard one at start-up), cap 100; or hard limit 100: the cap is kept below it."""
     env = clean_env(FLEET_MCP_HTTP_MAX_CONNECTIONS="100", FLEET_MCP_HTTP_IDLE_TIMEOUT_S="60")
-    with http_server(tmp_path, env=env, file_limit=limits) as server:
+    with http_server(tmp_path, env=env, file_limit=limits, real=True) as server:
         with open(f"/proc/{server.proc.pid}/limits") as f:
             soft, hard = next(line.split()[3:5] for line in f if line.startswith("Max open files"))
         assert soft == hard  # raised from 256 at start-up

@@ -13,7 +13,7 @@ import pytest
 from fleet_mcp.serving.front import Health
 from fleet_mcp.serving.http import Drain
 from fleet_mcp.serving.preflight import known_variables, unknown_settings
-from tests.processes import SERVER, WAIT_S, Running, clean_env, emulator_process, http_server, per_user_server
+from tests.processes import WAIT_S, Running, clean_env, emulator_process, fleet_command, http_server, per_user_server
 from tests.support import TOKEN
 
 pytestmark = pytest.mark.system
@@ -72,7 +72,7 @@ def test_root_says_where_the_endpoint_is(server):
 
 
 def test_a_misspelt_variable_is_warned_about_over_stdio_too(tmp_path):
-    done = subprocess.run([*SERVER, "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOGS=str(tmp_path / "a.jsonl")),
+    done = subprocess.run([*fleet_command(), "--emulator"], env=clean_env(FLEET_MCP_AUDIT_LOGS=str(tmp_path / "a.jsonl")),
                           cwd=tmp_path, capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL,
                           check=False)
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import SecretStr
 
 from fleet_mcp.serving.http import Drain, Gate, allowed_hosts, refuse_bind
-from tests.processes import INIT, MCP_HEADERS, SERVER, WAIT_S, clean_env, http_server, refusal
+from tests.processes import INIT, MCP_HEADERS, WAIT_S, clean_env, fleet_command, http_server, refusal
 from tests.support import fleet_settings
 
 pytestmark = pytest.mark.system
@@ -45,7 +45,7 @@ def test_only_loopback_binds_without_a_token(host, refused):
 def test_non_loopback_bind_without_token_is_exit_2_and_one_line(tmp_path, host):
     # Refused before Coder is contacted: nothing listens at this CODER_URL, and it does not matter.
     env = clean_env(CODER_URL="http://127.0.0.1:9", CODER_SESSION_TOKEN="coder-token")
-    done = subprocess.run([*SERVER, "--transport", "http", "--host", host, "--port", "0"], env=env, cwd=tmp_path,
+    done = subprocess.run([*fleet_command(), "--transport", "http", "--host", host, "--port", "0"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     line = refusal(done)
     assert line.startswith(f"fleet-mcp: refusing to serve HTTP on {host}") and "FLEET_MCP_AUTH_TOKEN" in line

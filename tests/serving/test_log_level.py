@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import SERVER, WAIT_S, clean_env
+from tests.processes import WAIT_S, clean_env, fleet_command
 
 pytestmark = pytest.mark.system
 
@@ -20,7 +20,7 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 
 def serve_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """The server over stdio against its emulator: one initialize, then stdin ends and it stops."""
-    return subprocess.run([*SERVER, "--emulator"], input=json.dumps(INIT) + "\n", capture_output=True, text=True,
+    return subprocess.run([*fleet_command(), "--emulator"], input=json.dumps(INIT) + "\n", capture_output=True, text=True,
                           timeout=WAIT_S, env=clean_env(**env), cwd=tmp_path, check=False)
 
 
@@ -60,7 +60,7 @@ def test_every_stderr_line_is_in_the_readmes_format_fastmcps_own_included(tmp_pa
     line = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.-]+: \S")
     calls = [INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call(2, "create_agent", name="x"),
              call(3, "show_agent", agent_name="missing")]
-    done = subprocess.run([*SERVER, "--emulator"], input="".join(json.dumps(c) + "\n" for c in calls),
+    done = subprocess.run([*fleet_command(), "--emulator"], input="".join(json.dumps(c) + "\n" for c in calls),
                           capture_output=True, text=True, timeout=WAIT_S, env=clean_env(FLEET_MCP_LOG_LEVEL=level),
                           cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stderr

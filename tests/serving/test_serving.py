@@ -17,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from fleet_mcp import __version__
-from tests.processes import SERVER, WAIT_S, Lines, clean_env, free_port, http_server, pipes, refusal
+from tests.processes import WAIT_S, Lines, clean_env, fleet_command, free_port, http_server, pipes, refusal
 from tests.support import TOOLS, emulator_thread, first_text
 
 pytestmark = pytest.mark.system
@@ -53,7 +53,7 @@ async def tour(session: ClientSession, era: str) -> None:
 @pytest.mark.parametrize("era", ERAS)
 async def test_stdio_serves_the_tools_in_both_eras(era):
     with tempfile.TemporaryFile("w+") as errlog:
-        params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--emulator"], env=clean_env())
+        params = StdioServerParameters(command=(fleet := fleet_command())[0], args=[*fleet[1:], "--emulator"], env=clean_env())
         async with (asyncio.timeout(WAIT_S), stdio_client(params, errlog=errlog) as (read, write),
                     ClientSession(read, write) as session):
             await tour(session, era)
@@ -62,7 +62,7 @@ async def test_stdio_serves_the_tools_in_both_eras(era):
 
 
 def test_stdio_stdout_carries_nothing_but_protocol():
-    proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*fleet_command(), "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=clean_env())
     stdin, stdout = pipes(proc)
     assert proc.stderr is not None
@@ -163,7 +163,7 @@ def test_startup_failure_is_exit_2_and_one_line(request, tmp_path, cause, expect
         env = {"CODER_URL": request.getfixturevalue(url) if url == "coder_url" else url,
                "CODER_SESSION_TOKEN": SECRET}
     # A temp cwd: no .env of the developer's is read.
-    done = subprocess.run(SERVER, env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run(fleet_command(), env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
                           timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     line = refusal(done)
     assert line.startswith("fleet-mcp: ") and expected in line, line
@@ -206,7 +206,7 @@ def test_the_emulator_with_real_agents(tmp_path):
             shown = (await session.call_tool("show_agent", {"agent_name": "real"})).structured_content["agent"]
             assert (shown["driver"], shown["status"]) == ("runner", "idle") and shown["total_cost_usd"] > 0
 
-    with http_server(tmp_path, "--agent-runtime", "runner") as server:
+    with http_server(tmp_path, "--agent-runtime", "runner", real=True) as server:
         asyncio.run(drive(server.url))
         runners = runner_processes(server.proc.pid)
         assert runners  # one per running workspace of a fleet template: the new agent's and the seed's

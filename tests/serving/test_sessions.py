@@ -46,7 +46,7 @@ async def alive(http: httpx.AsyncClient, url: str, session_id: str) -> bool:
 def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """One server with the caps lowered, for the tests that open sessions without keeping them busy."""
     env = clean_env(FLEET_MCP_MAX_SESSIONS=str(MAX_SESSIONS), FLEET_MCP_MAX_SESSIONS_PER_CLIENT=str(PER_CLIENT))
-    with http_server(tmp_path_factory.mktemp("capped"), env=env) as server:
+    with http_server(tmp_path_factory.mktemp("capped"), env=env, real=True) as server:
         yield server
 
 

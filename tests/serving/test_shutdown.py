@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from fleet_mcp.serving.run import GRACE_S
-from tests.processes import SERVER, WAIT_S, clean_env, http_server
+from tests.processes import WAIT_S, clean_env, fleet_command, http_server
 from tests.support import TOKEN, emulator_thread
 
 pytestmark = pytest.mark.system
@@ -83,7 +83,7 @@ class Stdio:
 async def stdio_server(tmp_path: Path, **env: str) -> AsyncIterator[Stdio]:
     """`fleet-mcp --emulator` over stdio, initialized; killed if a test leaves it running."""
     with open(tmp_path / "stderr.log", "w+") as errlog:
-        proc = await asyncio.create_subprocess_exec(*SERVER, "--emulator", stdin=asyncio.subprocess.PIPE,
+        proc = await asyncio.create_subprocess_exec(*fleet_command(), "--emulator", stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE, stderr=errlog,
                                                     env=clean_env(**env), cwd=tmp_path)
         client = Stdio(proc)
@@ -223,7 +223,7 @@ def test_a_delete_cut_by_shutdown_still_requests_its_build(tmp_path):
         control = httpx.Client(base_url=coder.url, headers={"Coder-Session-Token": TOKEN}, timeout=WAIT_S)
         control.post("/emulator/timings", json={"start_build": 60.0, "cancel": 8.0})  # slower than the 5 s grace
         env = clean_env(CODER_URL=coder.url, CODER_SESSION_TOKEN=TOKEN, FLEET_MCP_DELETE_WAIT_S="30")
-        with http_server(tmp_path, env=env, command=SERVER) as server:
+        with http_server(tmp_path, env=env, command=fleet_command()) as server:
             async def delete_then_signal() -> None:
                 async with (asyncio.timeout(WAIT_S), streamable_http_client(server.url) as (read, write),
                             ClientSession(read, write) as session):

@@ -17,7 +17,7 @@ import pytest
 from fleet_mcp import __version__
 from fleet_mcp.settings import Settings
 from fleet_mcp.settings_help import env_name
-from tests.processes import SERVER, WAIT_S, clean_env, free_port, http_server
+from tests.processes import WAIT_S, clean_env, fleet_command, free_port, http_server
 
 pytestmark = pytest.mark.system
 
@@ -26,7 +26,7 @@ PASSWORD = "hunter2-pa55word"
 
 
 def one_line_exit_2(args: list[str], env: dict[str, str], cwd: Path) -> str:
-    done = subprocess.run([*SERVER, *args], env=clean_env(**env), cwd=cwd, capture_output=True, text=True,
+    done = subprocess.run([*fleet_command(), *args], env=clean_env(**env), cwd=cwd, capture_output=True, text=True,
                           timeout=WAIT_S, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -37,7 +37,7 @@ def one_line_exit_2(args: list[str], env: dict[str, str], cwd: Path) -> str:
 
 
 def test_version():
-    done = subprocess.run([*SERVER, "--version"], capture_output=True, text=True, timeout=WAIT_S, check=False)
+    done = subprocess.run([*fleet_command(real=True), "--version"], capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0 and done.stdout.strip() == f"fleet-mcp {__version__}"
 
 
@@ -165,12 +165,12 @@ def test_a_server_refusing_to_start_over_stdio_never_imports_fastmcp(tmp_path, e
 # --- --help ----------------------------------------------------------------------------
 
 def test_help_lists_the_settings_and_exit_codes():
-    done = subprocess.run([*SERVER, "--help"], capture_output=True, text=True, timeout=WAIT_S, check=False)
+    done = subprocess.run([*fleet_command(real=True), "--help"], capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0
     for field in Settings.model_fields:
         assert env_name(field) in done.stdout, env_name(field)
     assert "exit codes:" in done.stdout and "  2  could not start" in done.stdout
-    doctor = subprocess.run([*SERVER, "doctor", "--help"], capture_output=True, text=True, timeout=WAIT_S,
+    doctor = subprocess.run([*fleet_command(real=True), "doctor", "--help"], capture_output=True, text=True, timeout=WAIT_S,
                             check=False)
     assert doctor.returncode == 0
     assert "CODER_URL" in doctor.stdout and "exit codes:" in doctor.stdout

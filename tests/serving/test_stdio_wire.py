@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from fleet_mcp.serving.run import GRACE_S
-from tests.processes import MODERN, SERVER, WAIT_S, clean_env, emulator_process, modern_call, piped, pipes
+from tests.processes import MODERN, WAIT_S, clean_env, emulator_process, fleet_command, modern_call, piped, pipes
 
 pytestmark = pytest.mark.system
 
@@ -41,7 +41,7 @@ def test_a_script_gets_its_answer_however_long_the_call_takes_after_stdin_closed
     with emulator_process() as emulated:
         held = {"match": "GET /api/v2/workspaces", "kind": "latency", "seconds": GRACE_S + 3}
         assert httpx.post(f"{emulated.url}/emulator/faults", json=held).status_code == 201
-        done = subprocess.run(SERVER, input=modern_call(1, "list_agents", {}) + "\n", capture_output=True, text=True,
+        done = subprocess.run(fleet_command(), input=modern_call(1, "list_agents", {}) + "\n", capture_output=True, text=True,
                               timeout=WAIT_S, check=False,
                               env=clean_env(CODER_URL=emulated.url, CODER_SESSION_TOKEN=emulated.token))
     assert done.returncode == 0, done.stderr
@@ -83,7 +83,7 @@ def test_unreadable_lines_and_odd_ids_are_answered_and_logged_once():
 
 def test_an_odd_id_does_not_delay_shutdown(tmp_path):
     with open(tmp_path / "stderr.log", "w") as err:
-        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*fleet_command(), "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err, env=clean_env())
     stdin, stdout = pipes(proc)
     try:
@@ -109,7 +109,7 @@ def test_a_cancelled_request_does_not_hold_up_the_stop(tmp_path):
     cancel = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
                          "params": {"requestId": 2, "reason": "changed my mind"}})
     with open(tmp_path / "stderr.log", "w") as err:
-        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+        proc = subprocess.Popen([*fleet_command(), "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 env=clean_env(FLEET_MCP_POLL_INTERVAL_S="30"))
     stdin, stdout = pipes(proc)
     try:
@@ -137,7 +137,7 @@ def test_every_request_is_answered_whatever_its_bytes_and_closing_stdin_stops_at
     not_utf8 = modern_call(4, "show_agent", {"agent_name": "x"}).replace('"x"', '"b\xff"').encode("latin-1")
     garbage = b"\x00\x9f\xe2 }{ \xc3"
     with open(tmp_path / "stderr.log", "w") as err:
-        proc = subprocess.Popen([*SERVER, "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*fleet_command(), "--emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err, env=clean_env())
     stdin, stdout = pipes(proc)
     try:

@@ -17,11 +17,11 @@ import pytest
 from tests.processes import (
     INIT,
     MCP_HEADERS,
-    SERVER,
     WAIT_S,
     Running,
     clean_env,
     emulator_process,
+    fleet_command,
     per_user_server,
     refusal,
 )
@@ -258,7 +258,7 @@ async def test_the_registry_is_bounded_and_one_user_has_one_meter(emulator):
      "invalid setting FLEET_MCP_AUTH"),
 ])
 def test_per_user_settings_that_cannot_work_are_one_line_at_start_up(tmp_path, args, env, expected):
-    done = subprocess.run([*SERVER, *args], env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run([*fleet_command(), *args], env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True,
                           timeout=WAIT_S, check=False)
     assert expected in refusal(done)
 

@@ -14,7 +14,7 @@ which is what a real agent forwards the socket's `UpdateAppStatus` to. The user-
 (workspaces, templates...) are not emulated: only the reporter.
 
 Run as `python -m fleet_mcp.emulator.runners.coder_cli exp mcp server ...`, or forked by the emulator's fork
-server (coder_forks.py), which the `coder` on each runner's PATH (coder_relay.py) asks for a copy.
+server (emulator/forks.py), which the `coder` on each runner's PATH (emulator/relay.py) asks for a copy.
 """
 
 from __future__ import annotations

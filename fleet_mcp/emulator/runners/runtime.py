@@ -51,6 +51,7 @@ log = logging.getLogger("fleet_mcp.emulator")
 
 RUNNER_SLUG = "fleet"
 ROOT_PREFIX = "fleet-emulator-"  # then the emulator's pid: a root whose emulator is gone is swept
+CLI = "fleet_mcp.emulator.runners.coder_cli"  # the emulated `coder`, a module with preload() and main(argv)
 BIN = "bin"  # beside the workspaces' directories: what every workspace has on its PATH (Coder's CLI)
 START_WAIT_S = 30.0
 STOP_WAIT_S = 10.0
@@ -85,7 +86,7 @@ class Runners:
         self._wake: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
         self._reaper: subprocess.Popen | None = None
-        self._forks: subprocess.Popen | None = None  # the `coder` CLI's fork server (coder_forks.py)
+        self._forks: subprocess.Popen | None = None  # the `coder` CLI's fork server (emulator/forks.py)
         self._forks_up: asyncio.Task[str] | None = None
         backend.lifecycle.listeners.append(self._on_lifecycle)
 
@@ -361,13 +362,13 @@ def _verifier(value: str) -> str:
 
 def install_coder(bin_dir: Path, forked: bool = False) -> None:
     """Write the `coder` executable a runner finds on its PATH (the emulated CLI: coder_cli.py); `forked`: a
-    relay to the fork server listening in `bin_dir` (coder_forks.py), which runs it as a process of its own
+    relay (emulator/relay.py) to the fork server listening in `bin_dir`, which runs it as a process of its own
     when no fork server answers."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "coder"
-    relay = Path(__file__).with_name("coder_relay.py")
-    run = (f"'{sys.executable}' -I -S '{relay}' '{bin_dir}'" if forked else
-           f"'{sys.executable}' -m fleet_mcp.emulator.runners.coder_cli")
+    relay = Path(__file__).parent.parent / "relay.py"
+    run = (f"'{sys.executable}' -I -S '{relay}' '{bin_dir}' {CLI}" if forked else
+           f"'{sys.executable}' -m {CLI}")
     script.write_text(f"#!/bin/sh\nexec {run} \"$@\"\n")
     script.chmod(0o755)
 
@@ -381,9 +382,9 @@ def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
 
 
 def spawn_coder_forks(bin_dir: Path) -> subprocess.Popen:
-    """The `coder` CLI's fork server (coder_forks.py) in a session of its own; it ends when its stdin does."""
+    """The `coder` CLI's fork server (emulator/forks.py) in a session of its own; it ends when its stdin does."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.runners.coder_forks", str(bin_dir)],
+    return subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", str(bin_dir), CLI],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 

@@ -1,0 +1,67 @@
+"""A process that a fork server (forks.py) runs for its caller: this relay hands its stdio, arguments, environment,
+directory, umask and open-file limits to the fork server listening in DIRECTORY, which forks a copy of itself
+that has already imported MODULE and runs it as `python -m MODULE ARGS...` would. The relay passes on each signal
+a process is sent, and ends as the copy ended: its exit code, or the signal that killed it.
+
+Run by path (`python -I -S relay.py DIRECTORY MODULE ARGS...`: the standard library only, a few milliseconds).
+When no fork server answers, it becomes `python -m MODULE ARGS...` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+
+SOCKET = "forks.sock"  # relative, inside DIRECTORY: a socket's path is limited to about 100 bytes
+PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def main(argv: list[str]) -> int:
+    directory, module, args = argv[1], argv[2], argv[3:]
+    here = os.getcwd()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    request = json.dumps({"module": module, "argv": args, "env": dict(os.environ), "cwd": here, "umask": umask,
+                          "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}).encode() + b"\n"
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.chdir(directory)
+        conn.connect(SOCKET)
+    except OSError:
+        conn.close()
+        os.chdir(here)
+        os.execv(sys.executable, [sys.executable, "-m", module, *args])
+    with conn:
+        sent = socket.send_fds(conn, [request], [0, 1, 2])
+        conn.sendall(request[sent:])
+        answer = conn.makefile("rb")
+        pid = int(answer.readline() or 0)
+        if pid:
+            for number in PASSED_ON:
+                signal.signal(number, lambda passed, _: _pass_on(pid, passed))
+        code = answer.readline().strip()
+    return _end_as(int(code)) if code.lstrip(b"-").isdigit() else 1
+
+
+def _pass_on(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except OSError:  # it has just ended: its exit code is on its way
+        pass
+
+
+def _end_as(code: int) -> int:
+    """Exit with `code`; a negative one is the signal that ended the copy, which this process then dies of too."""
+    if code >= 0:
+        return code
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+    return 128 - code  # a signal whose default is not to end the process
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
