@@ -10,7 +10,8 @@ ends as the process would (normal interpreter exit); its exit code, or the signa
 the relay, which ends the same way. A copy whose relay is gone (killed with SIGKILL, say) is killed too.
 
 Run as `python -m fleet_mcp.emulator.forks DIRECTORY MODULE`; it prints `ready` once it listens on
-DIRECTORY/forks.sock and ends when its stdin does. Copies share its process group: one group kill takes all.
+DIRECTORY/forks.sock and ends when its stdin does, killing the copies still running. Copies share its process
+group: one group kill takes all.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def serve(directory: str, module: str) -> tuple[ModuleType, Copy | None]:
                     _reap(relays, sel)
                 elif isinstance(key.fileobj, socket.socket):  # a relay closed (or died) before its copy ended
                     _relay_gone(key.fileobj, relays, sel)
-                elif not os.read(sys.stdin.fileno(), 512):  # the caller is done (or gone)
+                elif not os.read(sys.stdin.fileno(), 512):  # the caller is done (or gone): so are the copies
+                    _end_copies(relays, sel)
                     return program, None
 
 
@@ -149,10 +151,11 @@ def _relay_gone(conn: socket.socket, relays: dict[int, socket.socket], sel: sele
                 os.kill(pid, signal.SIGKILL)  # reaped, and dropped from `relays`, on its SIGCHLD
 
 
-def _reap(relays: dict[int, socket.socket], sel: selectors.BaseSelector) -> None:
+def _reap(relays: dict[int, socket.socket], sel: selectors.BaseSelector, wait: bool = False) -> None:
+    """Tell each ended copy's relay how it ended; `wait`: until every copy has."""
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, 0 if wait else os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -164,6 +167,13 @@ def _reap(relays: dict[int, socket.socket], sel: selectors.BaseSelector) -> None
             with contextlib.suppress(OSError):
                 conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
             conn.close()
+
+
+def _end_copies(relays: dict[int, socket.socket], sel: selectors.BaseSelector) -> None:
+    for pid in relays:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    _reap(relays, sel, wait=True)
 
 
 def _reopen_stdio(unbuffered: bool) -> None:

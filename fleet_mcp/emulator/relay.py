@@ -58,7 +58,8 @@ def _end_as(code: int) -> int:
     """Exit with `code`; a negative one is the signal that ended the copy, which this process then dies of too."""
     if code >= 0:
         return code
-    signal.signal(-code, signal.SIG_DFL)
+    if -code != signal.SIGKILL:  # the one that cannot be handled: no default to restore
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
     return 128 - code  # a signal whose default is not to end the process
 

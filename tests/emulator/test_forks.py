@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,22 +28,28 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = "tests.emulator.forked_program"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fork server of the test program, listening in the directory this yields."""
-    directory = tmp_path_factory.mktemp("forks")
+@contextmanager
+def fork_server(directory: Path) -> Iterator[subprocess.Popen[str]]:
+    """A fork server of the test program listening in `directory`; ended (its stdin closed) after."""
     proc = subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", str(directory), PROGRAM],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=clean_env(),
                             start_new_session=True)
     stdin, stdout = pipes(proc)
     try:
         assert Lines(stdout).line() == "ready\n"
-        yield directory
+        yield proc
     finally:
         stdin.close()  # it ends when its stdin does, and takes its socket away
         assert proc.wait(WAIT_S) == 0
         stdout.close()
     assert not (directory / "forks.sock").exists()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    directory = tmp_path_factory.mktemp("forks")
+    with fork_server(directory):
+        yield directory
 
 
 def relay(directory: Path, *args: str, stdin: int, stdout: int, stderr: int | None = None, cwd: Path | None = None,
@@ -103,6 +110,15 @@ def test_a_relay_killed_outright_takes_its_copy_with_it(server):
     copy = json.loads(Lines(proc.stdout).line())["pid"]
     assert stop(proc, signal.SIGKILL) == -signal.SIGKILL
     assert gone(copy)
+    proc.stdout.close()
+
+
+def test_a_fork_server_that_ends_takes_the_copies_still_running_with_it(tmp_path):
+    with fork_server(tmp_path):
+        proc = relay(tmp_path, "wait", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        copy = json.loads(Lines(proc.stdout).line())["pid"]
+    assert proc.wait(WAIT_S) == -signal.SIGKILL and gone(copy)
     proc.stdout.close()
 
 
