@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: three workers for every two cores. Much of the suite waits on the processes and sockets it
-    starts; with one worker a core the cores stayed a third idle (2 cores: 5 min 10 s, and 4 min 24 s so)."""
-    return max(2, len(os.sched_getaffinity(0)) * 3 // 2)
+    """`-n auto`: two workers a core. Much of the suite waits on the processes and sockets it starts: with one
+    worker a core the cores stayed a third idle, and on 2 cores four workers ran it in 5 min 0-21 s where three
+    took 5 min 31-39 s (27 Nov 2026)."""
+    return max(2, len(os.sched_getaffinity(0)) * 2)
 
 
 def pytest_configure(config: pytest.Config) -> None:

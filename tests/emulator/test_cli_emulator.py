@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from tests.processes import emulator_process, stop
+from tests.processes import emulator_process, fleet_command, stop
 
 pytestmark = pytest.mark.system
 
@@ -93,7 +93,7 @@ def test_the_runtime_is_the_runner_when_its_extra_is_installed(flags):
     """`fleet-mcp emulator` gives the real Claude Code (the runner) when claude-agent-sdk is there, else AgentAPI;
     `--agent-runtime` says otherwise. Seen in the app a new fleet template declares (no workspace, no runner)."""
     runner = importlib.util.find_spec("claude_agent_sdk") is not None and not flags
-    command = [sys.executable, "-m", "fleet_mcp", "emulator", "--port", "0", "--seed", "empty", *flags]
+    command = [*fleet_command(), "emulator", "--port", "0", "--seed", "empty", *flags]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             text=True)
     assert proc.stdout is not None
@@ -133,7 +133,7 @@ def test_coders_app_flags_serve_subdomain_apps_and_refuse_path_apps():
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path):
     import socket
 
-    from tests.processes import WAIT_S, clean_env, fleet_command
+    from tests.processes import WAIT_S, clean_env
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import io
 import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -27,10 +26,9 @@ from fleet_mcp.emulator import Emulator
 from fleet_mcp.emulator.app import running
 from fleet_mcp.serving.preflight import StartupError
 from tests.conformance import Conformance
-from tests.processes import clean_env, free_port
+from tests.processes import clean_env, fleet_command, free_port
 from tests.support import CheckedTransport, fleet_settings
 
-DOCTOR = [sys.executable, "-m", "fleet_mcp", "doctor"]
 FOUR = ["fleet_mcp_managed", "fleet_mcp_role", "fleet_mcp_project", "fleet_mcp_agent_spec"]
 FIVE = [*FOUR, "fleet_mcp_current_task"]
 RUNNER_PARAMS = ["fleet_mcp_model", "fleet_mcp_max_turns", "fleet_mcp_max_cost_usd"]
@@ -285,7 +283,7 @@ def test_missing_settings_is_exit_2(monkeypatch, tmp_path, capsys):
 ])
 @pytest.mark.system
 def test_doctor_emulator_process(tmp_path, env, code, last):
-    done = subprocess.run([*DOCTOR, "--emulator"], env=clean_env(**env), cwd=tmp_path, capture_output=True,
+    done = subprocess.run([*fleet_command(), "doctor", "--emulator"], env=clean_env(**env), cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == code, done.stderr
     assert done.stderr == ""
@@ -300,7 +298,7 @@ def test_doctor_emulator_process(tmp_path, env, code, last):
 async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     async with running(emulator) as url:
         proc = await asyncio.create_subprocess_exec(
-            *DOCTOR, env=clean_env(CODER_URL=url, CODER_SESSION_TOKEN=SECRET), cwd=tmp_path,
+            *fleet_command(), "doctor", env=clean_env(CODER_URL=url, CODER_SESSION_TOKEN=SECRET), cwd=tmp_path,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, err
@@ -312,7 +310,7 @@ async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
 
 @pytest.mark.system
 def test_doctor_emulator_process_of_the_runner_seed(tmp_path):
-    done = subprocess.run([*DOCTOR, "--emulator", "--agent-runtime", "runner"], env=clean_env(), cwd=tmp_path,
+    done = subprocess.run([*fleet_command(), "doctor", "--emulator", "--agent-runtime", "runner"], env=clean_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr
     assert "fleet-demo \"Fleet Demo\": complete; runner (app 'fleet', by path)" in done.stdout
@@ -358,9 +356,9 @@ def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
     with emulator_process(*flags) as emulated:
         port = httpx.URL(emulated.url).port
         env = {"CODER_URL": emulated.url, "CODER_SESSION_TOKEN": emulated.token}
-        ready = subprocess.run(DOCTOR, env=clean_env(**env, FLEET_MCP_CONNECT_TO=f"*.apps.example.test=127.0.0.1:{port}"),
+        ready = subprocess.run([*fleet_command(), "doctor"], env=clean_env(**env, FLEET_MCP_CONNECT_TO=f"*.apps.example.test=127.0.0.1:{port}"),
                                cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        lost = subprocess.run(DOCTOR, env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        lost = subprocess.run([*fleet_command(), "doctor"], env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)
     assert ready.returncode == 0, ready.stdout + ready.stderr
     assert (f"  ok   apps: path apps disabled (--disable-path-apps); subdomain form at *.apps.example.test:{port}"
