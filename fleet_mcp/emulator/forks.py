@@ -1,22 +1,28 @@
-"""A fork server: one process imports a program once, then forks a copy of itself to run that program for each
-relay (relay.py) that asks, as the process the relay would otherwise have started.
+"""A fork server: one process imports programs once, then forks a copy of itself to run one for each relay
+(relay.py) that asks, as the process the relay would otherwise have started.
 
-Importing fastmcp and mcp costs about 2 s of CPU a process. The emulator runs Coder's CLI in every runner
-workspace this way (Coder's is a Go binary that starts in milliseconds), and the tests their `fleet-mcp`
-processes. A program is a module with `preload()` (import what running takes) and `main(argv) -> int`.
+Importing fastmcp, mcp or claude-agent-sdk costs 1.5-2 s of CPU a process. The emulator runs Coder's CLI and
+the runner in its workspaces this way (Coder's CLI is a Go binary that starts in milliseconds), and the tests
+their `fleet-mcp` processes. A program is a module with `preload()` (import what running takes) and
+`main(argv) -> int`.
 
-Each copy runs `main` with its relay's stdio, arguments, environment, directory, umask and open-file limits, and
-ends as the process would (normal interpreter exit); its exit code, or the signal that ended it, goes back to
-the relay, which ends the same way. A copy whose relay is gone (killed with SIGKILL, say) is killed too.
+Each copy runs `main` with its relay's stdio, arguments, environment, directory, umask and open-file limits,
+in its relay's process group when the relay leads one (so a signal to that group reaches the copy and what it
+starts, as it would a process the relay had become), and ends as the process would (normal interpreter exit).
+Its exit code, or the signal that ended it, goes back to the relay, which ends the same way. A copy whose relay
+is gone (killed outright, say) is killed, with the relay's group.
 
-Run as `python -m fleet_mcp.emulator.forks DIRECTORY MODULE`; it prints `ready` once it listens on
-DIRECTORY/forks.sock and ends when its stdin does, killing the copies still running. Copies share its process
-group: one group kill takes all.
+Like the runner itself, the server is not dumpable: the environments it is handed hold agents' credentials,
+which no process of the same user may read from its memory.
+
+Run as `python -m fleet_mcp.emulator.forks DIRECTORY MODULE...`; it prints `ready` once it listens on
+DIRECTORY/forks.sock and ends when its stdin does, killing the copies still running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import importlib
 import io
@@ -35,6 +41,8 @@ from .relay import SOCKET
 
 __all__ = ["Copy", "serve"]
 
+PR_SET_DUMPABLE = 4
+
 
 @dataclass
 class Copy:
@@ -44,7 +52,11 @@ class Copy:
     request: dict[str, Any]
 
     def run(self, program: ModuleType) -> int:
-        """Become the relay's process: its stdio, environment, directory, limits; then the program's `main`."""
+        """Become the relay's process: its group, stdio, environment, directory, limits; then the program's
+        `main`."""
+        if (group := self.request.get("group")) is not None:
+            with contextlib.suppress(OSError):  # the server sets it too: whichever runs first
+                os.setpgid(0, group)
         for target, fd in enumerate(self.fds):
             os.dup2(fd, target)
             if fd > 2:
@@ -62,10 +74,12 @@ class Copy:
         return code
 
 
-def serve(directory: str, module: str) -> tuple[ModuleType, Copy | None]:
-    """Listen in `directory` and fork `module`'s copies until stdin ends (None), or, in a copy, what to run."""
-    program = importlib.import_module(module)
-    program.preload()
+def serve(directory: str, modules: list[str]) -> tuple[ModuleType, Copy | None]:
+    """Listen in `directory` and fork copies running `modules` until stdin ends (None); in a copy, what to run."""
+    _not_dumpable()
+    programs = {name: importlib.import_module(name) for name in modules}
+    for program in programs.values():
+        program.preload()
     gc.freeze()  # what is imported stays out of the copies' collections, which would otherwise copy its pages
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(directory, SOCKET))
@@ -73,7 +87,7 @@ def serve(directory: str, module: str) -> tuple[ModuleType, Copy | None]:
     os.set_blocking(wake, False)
     signal.set_wakeup_fd(wake)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears of each child's end
-    relays: dict[int, socket.socket] = {}  # a copy's pid -> its relay
+    copies = Copies()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener, selectors.DefaultSelector() as sel:
         listener.bind(os.path.join(directory, SOCKET))
         listener.listen(64)
@@ -83,20 +97,78 @@ def serve(directory: str, module: str) -> tuple[ModuleType, Copy | None]:
         while True:
             for key, _ in sel.select():
                 if key.fileobj is listener:
-                    if (copy := _fork(listener, module, relays, sel)) is not None:
-                        _leave(sel, relays, woken, wake)
-                        return program, copy
+                    if (copy := _fork(listener, programs, copies, sel)) is not None:
+                        _leave(sel, copies, woken, wake)
+                        return programs[copy.request["module"]], copy
                 elif key.fileobj == woken:
                     os.read(woken, 512)
-                    _reap(relays, sel)
+                    copies.reap(sel)
                 elif isinstance(key.fileobj, socket.socket):  # a relay closed (or died) before its copy ended
-                    _relay_gone(key.fileobj, relays, sel)
+                    copies.relay_gone(key.fileobj, sel)
                 elif not os.read(sys.stdin.fileno(), 512):  # the caller is done (or gone): so are the copies
-                    _end_copies(relays, sel)
-                    return program, None
+                    copies.end(sel)
+                    return next(iter(programs.values())), None
 
 
-def _fork(listener: socket.socket, module: str, relays: dict[int, socket.socket],
+class Copies:
+    """The copies running: each one's relay, and the process group it joined (its relay's), if any."""
+
+    def __init__(self) -> None:
+        self.relays: dict[int, socket.socket] = {}
+        self.groups: dict[int, int] = {}
+
+    def add(self, pid: int, relay: socket.socket, group: int | None, sel: selectors.BaseSelector) -> None:
+        self.relays[pid] = relay
+        if group is not None:
+            with contextlib.suppress(OSError):
+                os.setpgid(pid, group)  # the copy does it too: whichever runs first
+                self.groups[pid] = group
+        try:
+            relay.sendall(f"{pid}\n".encode())
+            sel.register(relay, selectors.EVENT_READ)
+        except OSError:
+            self.relay_gone(relay, sel)
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL to a copy, and to the relay's group it joined (what the copy started is in it too)."""
+        with contextlib.suppress(OSError):
+            if pid in self.groups:
+                os.killpg(self.groups[pid], signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+
+    def relay_gone(self, relay: socket.socket, sel: selectors.BaseSelector) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(relay)
+        for pid, held in self.relays.items():
+            if held is relay:
+                self.kill(pid)  # reaped, and forgotten, on its SIGCHLD
+
+    def reap(self, sel: selectors.BaseSelector, wait: bool = False) -> None:
+        """Tell each ended copy's relay how it ended; `wait`: until every copy has."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0 if wait else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.groups.pop(pid, None)
+            relay = self.relays.pop(pid, None)
+            if relay is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    sel.unregister(relay)
+                with contextlib.suppress(OSError):
+                    relay.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                relay.close()
+
+    def end(self, sel: selectors.BaseSelector) -> None:
+        for pid in self.relays:
+            self.kill(pid)
+        self.reap(sel, wait=True)
+
+
+def _fork(listener: socket.socket, programs: dict[str, ModuleType], copies: Copies,
           sel: selectors.BaseSelector) -> Copy | None:
     conn, _ = listener.accept()
     fds: list[int] = []
@@ -106,8 +178,8 @@ def _fork(listener: socket.socket, module: str, relays: dict[int, socket.socket]
         while not data.endswith(b"\n") and (more := conn.recv(1 << 16)):
             data += more
         request = json.loads(data)
-        if len(fds) != 3 or request["module"] != module:
-            raise ValueError("a relay hands over its stdin, stdout and stderr, for this server's module")
+        if len(fds) != 3 or request["module"] not in programs:
+            raise ValueError("a relay hands over its stdin, stdout and stderr, for a module this server runs")
     except (OSError, ValueError, KeyError, TypeError):
         conn.close()
         for fd in fds:
@@ -119,61 +191,30 @@ def _fork(listener: socket.socket, module: str, relays: dict[int, socket.socket]
         return Copy(fds, request)
     for fd in fds:
         os.close(fd)
-    relays[pid] = conn
-    try:
-        conn.sendall(f"{pid}\n".encode())
-        sel.register(conn, selectors.EVENT_READ)
-    except OSError:
-        _relay_gone(conn, relays, sel)
+    copies.add(pid, conn, request.get("group"), sel)
     return None
 
 
-def _leave(sel: selectors.BaseSelector, relays: dict[int, socket.socket], *fds: int) -> None:
+def _leave(sel: selectors.BaseSelector, copies: Copies, *fds: int) -> None:
     """In a new copy: drop the fork server's signal handling, its relays and its pipe (the caller's `with`
     closes the listener and the selector)."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for conn in relays.values():
+    for conn in copies.relays.values():
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(conn)
         conn.close()
-    relays.clear()
+    copies.relays.clear()
+    copies.groups.clear()
     for fd in fds:
         os.close(fd)
 
 
-def _relay_gone(conn: socket.socket, relays: dict[int, socket.socket], sel: selectors.BaseSelector) -> None:
-    with contextlib.suppress(KeyError, ValueError):
-        sel.unregister(conn)
-    for pid, held in relays.items():
-        if held is conn:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)  # reaped, and dropped from `relays`, on its SIGCHLD
-
-
-def _reap(relays: dict[int, socket.socket], sel: selectors.BaseSelector, wait: bool = False) -> None:
-    """Tell each ended copy's relay how it ended; `wait`: until every copy has."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0 if wait else os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = relays.pop(pid, None)
-        if conn is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                sel.unregister(conn)
-            with contextlib.suppress(OSError):
-                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
-            conn.close()
-
-
-def _end_copies(relays: dict[int, socket.socket], sel: selectors.BaseSelector) -> None:
-    for pid in relays:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    _reap(relays, sel, wait=True)
+def _not_dumpable() -> None:
+    """As the runner makes itself (runner/main.py): no process of the same user reads this one's memory."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def _reopen_stdio(unbuffered: bool) -> None:
@@ -192,7 +233,7 @@ def _reopen_stdio(unbuffered: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    program, copy = serve(argv[1], argv[2])
+    program, copy = serve(argv[1], argv[2:])
     if copy is None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(argv[1], SOCKET))

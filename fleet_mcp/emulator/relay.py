@@ -1,7 +1,9 @@
 """A process that a fork server (forks.py) runs for its caller: this relay hands its stdio, arguments, environment,
-directory, umask and open-file limits to the fork server listening in DIRECTORY, which forks a copy of itself
-that has already imported MODULE and runs it as `python -m MODULE ARGS...` would. The relay passes on each signal
-a process is sent, and ends as the copy ended: its exit code, or the signal that killed it.
+directory, umask, open-file limits and process group (when it leads one) to the fork server listening in
+DIRECTORY, which forks a copy of itself that has already imported MODULE and runs it as `python -m MODULE
+ARGS...` would. The relay passes on each signal a process is sent, and ends as the copy ended: its exit code, or
+the signal that killed it. It is not dumpable (its environment may hold an agent's credentials, as the runner's
+does).
 
 Run by path (`python -I -S relay.py DIRECTORY MODULE ARGS...`: the standard library only, a few milliseconds).
 When no fork server answers, it becomes `python -m MODULE ARGS...` itself.
@@ -9,6 +11,7 @@ When no fork server answers, it becomes `python -m MODULE ARGS...` itself.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -17,16 +20,24 @@ import socket
 import sys
 
 SOCKET = "forks.sock"  # relative, inside DIRECTORY: a socket's path is limited to about 100 bytes
+PR_SET_DUMPABLE = 4
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def main(argv: list[str]) -> int:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
     directory, module, args = argv[1], argv[2], argv[3:]
     here = os.getcwd()
+    group = os.getpgrp()
     umask = os.umask(0o022)
     os.umask(umask)
     request = json.dumps({"module": module, "argv": args, "env": dict(os.environ), "cwd": here, "umask": umask,
-                          "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}).encode() + b"\n"
+                          "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
+                          "group": group if group == os.getpid() else None}).encode() + b"\n"
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.chdir(directory)

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
         umask = os.umask(0)
         print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "umask": umask, "env": os.environ.get("PROBE"),
                           "nofile": resource.getrlimit(resource.RLIMIT_NOFILE), "stdin": sys.stdin.read(),
-                          "pid": os.getpid(), "preloaded": PRELOADED}))
+                          "pid": os.getpid(), "group": os.getpgrp(), "preloaded": PRELOADED}))
         print("to stderr", file=sys.stderr)
         return int(rest[0])
     if what == "trap":  # SIGTERM handled: say so, exit 3; SIGINT as Python's default (KeyboardInterrupt)

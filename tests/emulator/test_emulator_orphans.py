@@ -77,7 +77,7 @@ def test_a_killed_emulator_takes_its_runners_their_claude_codes_and_its_scratch_
             return under if any("_bundled/claude" in c for c in under.values()) else {}
 
         started = until(agents_up, UP_S, "the seed agent's runner and Claude Code up")
-        assert any("fleet_mcp runner" in c for c in started.values()), started
+        assert any("fleet_mcp.runner.program --workdir" in c for c in started.values()), started
         assert not stale.exists()  # swept as this emulator started: its owner is gone
         assert all(root.exists() for root in kept)  # a live process's, and one whose owner cannot be told
         for root in kept:

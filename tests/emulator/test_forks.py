@@ -33,7 +33,7 @@ def fork_server(directory: Path) -> Iterator[subprocess.Popen[str]]:
     """A fork server of the test program listening in `directory`; ended (its stdin closed) after."""
     proc = subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", str(directory), PROGRAM],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=clean_env(),
-                            start_new_session=True)
+                            process_group=0)  # this session: a copy can join its relay's group
     stdin, stdout = pipes(proc)
     try:
         assert Lines(stdout).line() == "ready\n"
@@ -53,9 +53,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def relay(directory: Path, *args: str, stdin: int, stdout: int, stderr: int | None = None, cwd: Path | None = None,
-          env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[str]:
+          env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None,
+          process_group: int | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-I", "-S", str(RELAY), str(directory), PROGRAM, *args], text=True,
-                            stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=env, preexec_fn=preexec_fn)
+                            stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=env, preexec_fn=preexec_fn,
+                            process_group=process_group)
 
 
 def gone(pid: int) -> bool:
@@ -88,6 +90,21 @@ def test_a_copy_has_what_the_relay_was_handed_and_its_exit_code_comes_back(serve
     assert seen["env"] == "from the caller" and seen["umask"] == 0o027 and seen["nofile"] == [200, 300]
     assert seen["stdin"] == "the caller's stdin" and err == "to stderr\n"
     assert seen["pid"] != proc.pid and seen["preloaded"] == ["yes"]  # a copy: preloaded once, in the server
+    assert seen["group"] not in (proc.pid, os.getpgrp())  # its relay leads no group: it stays in the server's
+
+
+def test_a_copy_joins_the_group_its_relay_leads_and_dies_with_it(server):
+    """As the emulator starts a runner: its relay leads a process group, and a kill of that group takes the
+    copy and whatever the copy started (the runner's Claude Code), as it would a process of its own."""
+    proc = relay(server, "report", "0", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, process_group=0)
+    out, _ = proc.communicate(timeout=WAIT_S)
+    assert json.loads(out)["group"] == proc.pid
+    proc = relay(server, "wait", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, process_group=0)
+    assert proc.stdout is not None
+    copy = json.loads(Lines(proc.stdout).line())["pid"]
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(WAIT_S) == -signal.SIGKILL and gone(copy)
+    proc.stdout.close()
 
 
 def test_the_signals_a_process_is_sent_reach_the_copy_and_the_relay_ends_as_it_did(server):

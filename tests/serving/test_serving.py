@@ -171,7 +171,8 @@ def test_startup_failure_is_exit_2_and_one_line(request, tmp_path, cause, expect
 
 
 def runner_processes(parent: int) -> list[int]:
-    """PIDs of the `fleet-mcp runner` processes that `parent` started."""
+    """PIDs of the `fleet-mcp runner` processes that `parent` started (each a relay to the runner forked in its
+    process group: emulator/forks.py)."""
     found = []
     for entry in os.listdir("/proc"):
         try:
@@ -181,7 +182,7 @@ def runner_processes(parent: int) -> list[int]:
                 ppid = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
         except (OSError, StopIteration):
             continue
-        if ppid == parent and b"fleet_mcp" in argv and b"runner" in argv:
+        if ppid == parent and b"fleet_mcp.runner.program" in argv:
             found.append(int(entry))
     return found
 

@@ -7,8 +7,9 @@ small project, and `home/` under a temporary directory the emulator owns); a sto
 (SIGTERM, a bounded wait, then SIGKILL to its process group); a start brings a
 new one up in the same directory, which resumes from its state file; a delete
 removes the directory. The app's health follows the runner's `/health`. The
-runner is a separate process started as `python -m fleet_mcp runner`: nothing
-here imports the rest of `fleet_mcp`. Whatever the emulator starts dies with it
+runner is a process of its own (`fleet-mcp runner`), forked through a relay by
+the fork server that imported it once: nothing here imports the rest of
+`fleet_mcp`. Whatever the emulator starts dies with it
 however it dies: a reaper process (reaper.py) holds the runners' process groups
 and the scratch root, and takes both down once the emulator's pipe to it closes;
 a root whose emulator died before that is swept when the next emulator starts.
@@ -52,6 +53,8 @@ log = logging.getLogger("fleet_mcp.emulator")
 RUNNER_SLUG = "fleet"
 ROOT_PREFIX = "fleet-emulator-"  # then the emulator's pid: a root whose emulator is gone is swept
 CLI = "fleet_mcp.emulator.runners.coder_cli"  # the emulated `coder`, a module with preload() and main(argv)
+RUNNER = "fleet_mcp.runner.program"  # `fleet-mcp runner`, the same way
+RELAY = Path(__file__).parent.parent / "relay.py"
 BIN = "bin"  # beside the workspaces' directories: what every workspace has on its PATH (Coder's CLI)
 START_WAIT_S = 30.0
 STOP_WAIT_S = 10.0
@@ -185,9 +188,9 @@ class Runners:
         await asyncio.to_thread(seed_repository, disk / "work")  # the project the agent works on
         log = disk / "runner.log"
         # Spawned here, not in a thread: a cancel (the emulator stopping) between the spawn and this
-        # bookkeeping would leave a runner no one stops, in a session of its own.
+        # bookkeeping would leave a runner no one stops, in a process group of its own.
         proc = _spawn(disk, log, self._env(ws, agent, disk))
-        self._tell(f"+{proc.pid}")  # its process group: the runner's own (a session of its own)
+        self._tell(f"+{proc.pid}")  # its process group: the runner's relay leads it, the runner joins it
         running = RunnerProcess(agent.id, proc, log)
         self.procs[ws.id] = running
         line = await asyncio.to_thread(first_line, proc, START_WAIT_S)
@@ -307,7 +310,7 @@ class Runners:
                 reaper.wait(STOP_WAIT_S)
 
     def _end_forks(self) -> None:
-        """Kill the CLI's fork server with the copies it forked (its process group)."""
+        """Kill the fork server with the copies in its process group (the CLIs; each runner is in its own)."""
         if self._forks is not None and self._forks.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._forks.pid, signal.SIGKILL)
@@ -366,27 +369,31 @@ def install_coder(bin_dir: Path, forked: bool = False) -> None:
     when no fork server answers."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "coder"
-    relay = Path(__file__).parent.parent / "relay.py"
-    run = (f"'{sys.executable}' -I -S '{relay}' '{bin_dir}' {CLI}" if forked else
+    run = (f"'{sys.executable}' -I -S '{RELAY}' '{bin_dir}' {CLI}" if forked else
            f"'{sys.executable}' -m {CLI}")
     script.write_text(f"#!/bin/sh\nexec {run} \"$@\"\n")
     script.chmod(0o755)
 
 
 def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
-    """`python -m fleet_mcp runner` in the workspace's `work/`, in a process group of its own."""
+    """`fleet-mcp runner` in the workspace's `work/`, leading a process group of its own: a relay (emulator/
+    relay.py) whose runner the fork server in the workspaces' `bin/` forks into that group (a process of its own
+    when no fork server answers)."""
     with open(log, "ab") as errors:
-        return subprocess.Popen([sys.executable, "-m", "fleet_mcp", "runner", "--workdir", str(disk / "work")],
+        return subprocess.Popen([sys.executable, "-I", "-S", str(RELAY), str(disk.parent / BIN), RUNNER,
+                                 "--workdir", str(disk / "work")],
                                 cwd=disk / "work", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=errors, start_new_session=True)
+                                stderr=errors, process_group=0)
 
 
 def spawn_coder_forks(bin_dir: Path) -> subprocess.Popen:
-    """The `coder` CLI's fork server (emulator/forks.py) in a session of its own; it ends when its stdin does."""
+    """The fork server of the workspaces' `coder` CLI and runners (emulator/forks.py), leading a process group
+    of its own in this session (where the runners' groups are, which their copies join); it ends when its
+    stdin does."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", str(bin_dir), CLI],
+    return subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", str(bin_dir), CLI, RUNNER],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            process_group=0)
 
 
 def _spawn_reaper(root: Path) -> subprocess.Popen:
