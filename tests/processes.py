@@ -47,17 +47,19 @@ class Forks:
         self._server: subprocess.Popen[str] | None = None
         self._directory = ""
 
-    def command(self) -> list[str]:
-        """The command that runs `fleet-mcp ARGS...` (append ARGS) as a copy."""
+    PROGRAMS = ("fleet_mcp.cli", "fleet_mcp.runner.program")  # `fleet-mcp ...` and `fleet-mcp runner ...`
+
+    def command(self, program: str = PROGRAMS[0]) -> list[str]:
+        """The command that runs `program` (one of PROGRAMS) as a copy: append its arguments."""
         with self._lock:
             if self._server is None or self._server.poll() is not None:
                 self._start()
-        return [sys.executable, "-I", "-S", str(RELAY), self._directory, "fleet_mcp.cli"]
+        return [sys.executable, "-I", "-S", str(RELAY), self._directory, program]
 
     def _start(self) -> None:
         self._directory = tempfile.mkdtemp(prefix="fleet-forks-")
         self._server = subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", self._directory,
-                                         "fleet_mcp.cli"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         *self.PROGRAMS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True, env=clean_env(), cwd=self._directory,
                                         start_new_session=True)
         if Lines(pipes(self._server)[1]).next() != "ready\n":
@@ -84,6 +86,13 @@ def fleet_command(real: bool = False) -> list[str]:
         return FORKS.command()
     script = Path(sys.executable).with_name("fleet-mcp")
     return [str(script)] if script.exists() else SERVER
+
+
+def runner_command(real: bool = False) -> list[str]:
+    """How a test runs `fleet-mcp runner`: a copy forked by FORKS when the tests set it (unless `real`)."""
+    if FORKS is not None and not real:
+        return FORKS.command(Forks.PROGRAMS[1])
+    return [*SERVER, "runner"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import importlib.util
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -27,7 +26,7 @@ from fleet_mcp.emulator.runners.anthropic import Reply, messages_app
 from fleet_mcp.emulator.runners.runtime import first_line
 from fleet_mcp.runner.store import Saved
 from tests.conformance import Conformance
-from tests.processes import clean_env
+from tests.processes import clean_env, runner_command
 from tests.support import APP_HOST, TOKEN, CheckedTransport, Tools, fleet_settings, subdomain_apps_only
 
 if TYPE_CHECKING:
@@ -293,17 +292,18 @@ class RunningRunner:
 
 @contextmanager
 def runner_process(tmp_path: Path, messages_url: str, *args: str, workdir: Path | None = None,
-                   home: Path | None = None, **env: str) -> Iterator[RunningRunner]:
+                   home: Path | None = None, real: bool = False, **env: str) -> Iterator[RunningRunner]:
     """`fleet-mcp runner --port 0` in `workdir` (default tmp_path/work) against `messages_url`, answering
-    /health before this yields; `env` adds variables (FLEET_RUNNER_SPEC=...). Stopped with SIGTERM after."""
+    /health before this yields; `env` adds variables (FLEET_RUNNER_SPEC=...). Stopped with SIGTERM after.
+    `real`: a process of its own, never a copy (tests/processes.Forks), where a test reads it by its pid."""
     workdir = workdir or tmp_path / "work"
     home = home or tmp_path / "home"
     workdir.mkdir(parents=True, exist_ok=True)
     home.mkdir(parents=True, exist_ok=True)
     err = tmp_path / f"runner-{time.monotonic_ns()}.log"
     with open(err, "w") as errfile:
-        proc = subprocess.Popen([sys.executable, "-m", "fleet_mcp", "runner", "--port", "0", "--workdir", str(workdir),
-                                 *args], stdout=subprocess.PIPE, stderr=errfile, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([*runner_command(real), "--port", "0", "--workdir", str(workdir), *args],
+                                stdout=subprocess.PIPE, stderr=errfile, stdin=subprocess.DEVNULL,
                                 env=runner_env(home, messages_url, **env), cwd=tmp_path)
     try:
         line = first_line(proc, WAIT_S)

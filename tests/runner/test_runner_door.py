@@ -43,7 +43,7 @@ def api() -> Iterator[ScriptedAPI]:
 def runner_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("work")
     (work / "attack.py").write_text(ATTACK)
-    return {"workdir": work, "CODER_AGENT_TOKEN": "agent-secret"}
+    return {"workdir": work, "CODER_AGENT_TOKEN": "agent-secret", "real": True}  # the runner's own pid is attacked
 
 
 def _asking(runner: RunningRunner) -> dict[str, Any]:
