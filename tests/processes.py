@@ -7,6 +7,7 @@ It imports neither fleet_mcp nor pytest: the benchmark measures the fleet only t
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import queue
@@ -35,22 +36,26 @@ RELAY = Path(__file__).resolve().parents[1] / "fleet_mcp" / "emulator" / "relay.
 
 
 class Forks:
-    """`fleet-mcp` processes as copies of one process that imported it (fleet_mcp/emulator/forks.py), started
-    at first use: each `fleet-mcp` then costs a relay's few milliseconds and a fork, where importing fastmcp
-    and mcp cost ~2 s of CPU. A copy is the process a test asked for (its stdio, arguments, environment,
-    directory, file limits; signals passed on, exit code or signal passed back), except that its pid is not the
-    one the caller holds: a test that reads a process by its pid starts it with `fleet_command(real=True)`.
+    """`fleet-mcp` and `fleet-mcp runner` processes as copies of one process that imported them
+    (fleet_mcp/emulator/forks.py), started at first use: each then costs a relay's few milliseconds and a fork,
+    where importing fastmcp, mcp and claude-agent-sdk cost 1.5-2 s of CPU. A copy is the process a test asked
+    for (its stdio, arguments, environment, directory, file limits; signals passed on, exit code or signal
+    passed back), except that its pid is not the one the caller holds: a test that reads a process by its pid
+    starts it with `real=True` (`fleet_command`, `runner_command`, `http_server`...).
     """
+
+    FLEET = "fleet_mcp.cli"  # `fleet-mcp ...`
+    RUNNER = "fleet_mcp.runner.program"  # `fleet-mcp runner ...`: preloaded only with the runner extra
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._server: subprocess.Popen[str] | None = None
         self._directory = ""
+        runner = importlib.util.find_spec("claude_agent_sdk") is not None
+        self.programs = (self.FLEET, self.RUNNER) if runner else (self.FLEET,)
 
-    PROGRAMS = ("fleet_mcp.cli", "fleet_mcp.runner.program")  # `fleet-mcp ...` and `fleet-mcp runner ...`
-
-    def command(self, program: str = PROGRAMS[0]) -> list[str]:
-        """The command that runs `program` (one of PROGRAMS) as a copy: append its arguments."""
+    def command(self, program: str = FLEET) -> list[str]:
+        """The command that runs `program` (one of `programs`) as a copy: append its arguments."""
         with self._lock:
             if self._server is None or self._server.poll() is not None:
                 self._start()
@@ -59,14 +64,14 @@ class Forks:
     def _start(self) -> None:
         self._directory = tempfile.mkdtemp(prefix="fleet-forks-")
         self._server = subprocess.Popen([sys.executable, "-m", "fleet_mcp.emulator.forks", self._directory,
-                                         *self.PROGRAMS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         *self.programs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True, env=clean_env(), cwd=self._directory,
                                         start_new_session=True)
         if Lines(pipes(self._server)[1]).next() != "ready\n":
             raise RuntimeError(f"the fork server did not start: exit code {self._server.poll()}")
 
     def close(self) -> None:
-        """End the fork server (the copies it made run on, each until its relay's test stops it)."""
+        """End the fork server, and with it the copies still running (a test stops its own before)."""
         with self._lock:
             if self._server is not None:
                 pipes(self._server)[0].close()
@@ -90,8 +95,8 @@ def fleet_command(real: bool = False) -> list[str]:
 
 def runner_command(real: bool = False) -> list[str]:
     """How a test runs `fleet-mcp runner`: a copy forked by FORKS when the tests set it (unless `real`)."""
-    if FORKS is not None and not real:
-        return FORKS.command(Forks.PROGRAMS[1])
+    if FORKS is not None and not real and Forks.RUNNER in FORKS.programs:
+        return FORKS.command(Forks.RUNNER)
     return [*SERVER, "runner"]
 
 

@@ -46,12 +46,13 @@ PR_SET_DUMPABLE = 4
 
 @dataclass
 class Copy:
-    """In a forked copy: what its relay asked for, and the stdio it handed over."""
+    """In a forked copy: what its relay asked for, the stdio it handed over, and the program to run."""
 
     fds: list[int]
     request: dict[str, Any]
+    program: ModuleType
 
-    def run(self, program: ModuleType) -> int:
+    def run(self) -> int:
         """Become the relay's process: its group, stdio, environment, directory, limits; then the program's
         `main`."""
         if (group := self.request.get("group")) is not None:
@@ -70,11 +71,11 @@ class Copy:
             resource.setrlimit(resource.RLIMIT_NOFILE, tuple(request["nofile"]))
         _reopen_stdio(unbuffered=bool(request["env"].get("PYTHONUNBUFFERED")))
         sys.argv = [request["module"], *request["argv"]]
-        code: int = program.main(request["argv"])
+        code: int = self.program.main(request["argv"])
         return code
 
 
-def serve(directory: str, modules: list[str]) -> tuple[ModuleType, Copy | None]:
+def serve(directory: str, modules: list[str]) -> Copy | None:
     """Listen in `directory` and fork copies running `modules` until stdin ends (None); in a copy, what to run."""
     _not_dumpable()
     programs = {name: importlib.import_module(name) for name in modules}
@@ -99,7 +100,7 @@ def serve(directory: str, modules: list[str]) -> tuple[ModuleType, Copy | None]:
                 if key.fileobj is listener:
                     if (copy := _fork(listener, programs, copies, sel)) is not None:
                         _leave(sel, copies, woken, wake)
-                        return programs[copy.request["module"]], copy
+                        return copy
                 elif key.fileobj == woken:
                     os.read(woken, 512)
                     copies.reap(sel)
@@ -107,7 +108,7 @@ def serve(directory: str, modules: list[str]) -> tuple[ModuleType, Copy | None]:
                     copies.relay_gone(key.fileobj, sel)
                 elif not os.read(sys.stdin.fileno(), 512):  # the caller is done (or gone): so are the copies
                     copies.end(sel)
-                    return next(iter(programs.values())), None
+                    return None
 
 
 class Copies:
@@ -188,7 +189,7 @@ def _fork(listener: socket.socket, programs: dict[str, ModuleType], copies: Copi
     pid = os.fork()
     if pid == 0:
         conn.close()
-        return Copy(fds, request)
+        return Copy(fds, request, programs[request["module"]])
     for fd in fds:
         os.close(fd)
     copies.add(pid, conn, request.get("group"), sel)
@@ -233,12 +234,12 @@ def _reopen_stdio(unbuffered: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    program, copy = serve(argv[1], argv[2:])
+    copy = serve(argv[1], argv[2:])
     if copy is None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(argv[1], SOCKET))
         return 0
-    return copy.run(program)
+    return copy.run()
 
 
 if __name__ == "__main__":
