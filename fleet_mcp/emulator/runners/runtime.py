@@ -131,12 +131,7 @@ class Runners:
         await asyncio.to_thread(sweep, Path(tempfile.gettempdir()))
         self.root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-"))
         self._reaper = _spawn_reaper(self.root)
-        # As a workspace has Coder's CLI (`coder exp mcp server` reports): forked from one process that
-        # imported it, where a process of its own per runner cost half the runner's CPU.
-        self._forks = spawn_coder_forks(self.root / BIN)
-        self._tell(f"+{self._forks.pid}")
         install_coder(self.root / BIN, forked=True)
-        self._forks_up = asyncio.create_task(asyncio.to_thread(first_line, self._forks, START_WAIT_S))
         self._wake = asyncio.Event()
         try:
             while True:
@@ -180,7 +175,14 @@ class Runners:
 
     async def _start(self, ws: Workspace, agent: Agent) -> None:
         assert self.root is not None
-        if self._forks_up is not None:  # listening before a runner may start its CLI (else a slow one starts)
+        if self._forks is None:
+            # Runners, and the CLI a workspace has (`coder exp mcp server` reports), forked from one process that
+            # imported both, where a process of its own cost ~1.5 s (the runner) and ~2 s (the CLI) of CPU;
+            # started with the first runner, since many emulators never start one.
+            self._forks = spawn_coder_forks(self.root / BIN)
+            self._tell(f"+{self._forks.pid}")
+            self._forks_up = asyncio.create_task(asyncio.to_thread(first_line, self._forks, START_WAIT_S))
+        if self._forks_up is not None:  # listening before a runner starts (else each starts as a process)
             await asyncio.shield(self._forks_up)
         disk = self.root / ws.id
         (disk / "home").mkdir(parents=True, exist_ok=True)
