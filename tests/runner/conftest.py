@@ -28,6 +28,8 @@ def runner_settings() -> dict[str, Any]:
 def shared_runner(api: ScriptedAPI, runner_settings: dict[str, Any],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRunner]:
     with runner_process(tmp_path_factory.mktemp("runner"), api.url, **runner_settings) as running:
+        if "FLEET_RUNNER_SPEC" in runner_settings:  # the spec's turn ends before a test settles (interrupts) it
+            running.wait_for(lambda s: s["turns"] >= 1 and s["state"] == "idle", what="the spec's turn over")
         yield running
 
 
