@@ -39,7 +39,7 @@ from typing import Any
 
 from .relay import SOCKET
 
-__all__ = ["Copy", "serve"]
+__all__ = ["Copies", "Copy", "serve"]
 
 PR_SET_DUMPABLE = 4
 
@@ -55,14 +55,14 @@ class Copy:
     def run(self) -> int:
         """Become the relay's process: its group, stdio, environment, directory, limits; then the program's
         `main`."""
-        if (group := self.request.get("group")) is not None:
+        request = self.request
+        if (group := request.get("group")) is not None:
             with contextlib.suppress(OSError):  # the server sets it too: whichever runs first
                 os.setpgid(0, group)
         for target, fd in enumerate(self.fds):
             os.dup2(fd, target)
             if fd > 2:
                 os.close(fd)
-        request = self.request
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])

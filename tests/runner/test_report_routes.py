@@ -23,7 +23,7 @@ from fastmcp.client.transports import StdioTransport
 from fastmcp.exceptions import ToolError
 
 from fleet_mcp.emulator import Emulator
-from fleet_mcp.emulator.runners.runtime import first_line, install_coder, spawn_coder_forks
+from fleet_mcp.emulator.runners.runtime import first_line, install_coder, spawn_forks
 from fleet_mcp.runner.report import Reporter
 from tests.runners import WAIT_S, served
 from tests.support import TOKEN
@@ -175,7 +175,7 @@ async def test_the_cli_a_runner_workspace_forks_reports_the_same_for_a_fraction_
     the same reports by the same route, at a few tenths of a second of CPU where a process of its own cost
     2-3 s (importing fastmcp), half of what a runner workspace cost."""
     bin_dir = tmp_path / "bin"
-    forks = spawn_coder_forks(bin_dir)
+    forks = spawn_forks(bin_dir)
     try:
         assert first_line(forks, WAIT_S) == "ready"
         install_coder(bin_dir, forked=True)

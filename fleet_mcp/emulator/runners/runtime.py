@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ..coder.backend import Backend
 
-__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder", "spawn_coder_forks",
+__all__ = ["HOP_BY_HOP", "RUNNER_SLUG", "RunnerForward", "Runners", "first_line", "install_coder", "spawn_forks",
            "sweep"]
 
 log = logging.getLogger("fleet_mcp.emulator")
@@ -89,7 +89,7 @@ class Runners:
         self._wake: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
         self._reaper: subprocess.Popen | None = None
-        self._forks: subprocess.Popen | None = None  # the `coder` CLI's fork server (emulator/forks.py)
+        self._forks: subprocess.Popen | None = None  # the runners' and `coder` CLI's fork server (emulator/forks.py)
         self._forks_up: asyncio.Task[str] | None = None
         backend.lifecycle.listeners.append(self._on_lifecycle)
 
@@ -179,7 +179,7 @@ class Runners:
             # Runners, and the CLI a workspace has (`coder exp mcp server` reports), forked from one process that
             # imported both, where a process of its own cost ~1.5 s (the runner) and ~2 s (the CLI) of CPU;
             # started with the first runner, since many emulators never start one.
-            self._forks = spawn_coder_forks(self.root / BIN)
+            self._forks = spawn_forks(self.root / BIN)
             self._tell(f"+{self._forks.pid}")
             self._forks_up = asyncio.create_task(asyncio.to_thread(first_line, self._forks, START_WAIT_S))
         if self._forks_up is not None:  # listening before a runner starts (else each starts as a process)
@@ -388,7 +388,7 @@ def _spawn(disk: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
                                 stderr=errors, process_group=0)
 
 
-def spawn_coder_forks(bin_dir: Path) -> subprocess.Popen:
+def spawn_forks(bin_dir: Path) -> subprocess.Popen:
     """The fork server of the workspaces' `coder` CLI and runners (emulator/forks.py), leading a process group
     of its own in this session (where the runners' groups are, which their copies join); it ends when its
     stdin does."""
