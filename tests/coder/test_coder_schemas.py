@@ -572,14 +572,36 @@ def test_a_listing_that_is_not_one_is_unavailable(body: bytes, said: str) -> Non
     assert exc.value.message.startswith(said), exc.value.message
 
 
-def test_every_struct_with_lenient_fields_reads_them() -> None:
-    """A struct whose `ListOf`, `Timestamp` or `Unescaped` fields were left as decoded would read null as
-    None, not []: each of them calls `lenient_fields` after decoding."""
+def test_every_struct_reads_its_lenient_fields() -> None:
+    """A struct whose `ListOf`, `Timestamp` or `Unescaped` fields were left as decoded would read null as None,
+    not [], and keep Go's zero time and Coder's HTML escapes: each struct's `__post_init__` (spelt out for the
+    hot ones) reads every one of them, a null list as [], a zero time as None, a time without offset as UTC."""
     import fleet_mcp.coder.schemas as schemas
     from fleet_mcp.coder.lenient import LenientStruct, _plan
 
+    def minimal(struct: type) -> dict[str, object]:  # its required fields, each the least its type takes
+        out: dict[str, object] = {}
+        for f in msgspec.structs.fields(struct):
+            if f.required:
+                out[f.encode_name] = minimal(f.type) if isinstance(f.type, type) and issubclass(
+                    f.type, LenientStruct) else "x"
+        return out
+
     structs = [v for v in vars(schemas).values() if isinstance(v, type) and issubclass(v, LenientStruct)]
-    assert len(structs) >= 8
+    checked = 0
     for struct in structs:
-        if any(_plan(struct)):
-            assert "__post_init__" in vars(struct), struct
+        plan = _plan(struct)
+        for zero_time in ("0001-01-01T00:00:00Z", "2026-11-24T12:00:00"):
+            body = {**minimal(struct), **dict.fromkeys(plan.lists), **dict.fromkeys(plan.times, zero_time),
+                    **dict.fromkeys(plan.unescaped, "a &amp; b")}
+            got = msgspec.json.Decoder(struct, strict=False).decode(json.dumps(body))
+            for name in plan.lists:
+                assert getattr(got, name) == [], (struct, name)
+            for name in plan.times:
+                want = None if zero_time.startswith("0001") else datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+                assert getattr(got, name) == want, (struct, name)
+                assert want is None or getattr(got, name).utcoffset() == timedelta(0), (struct, name)
+            for name in plan.unescaped:
+                assert getattr(got, name) == "a & b", (struct, name)
+        checked += any(plan)
+    assert checked >= 7
