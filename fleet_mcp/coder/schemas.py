@@ -228,7 +228,6 @@ class WorkspaceApp(LenientStruct, frozen=True, kw_only=True):
     """A workspace app; `statuses` are sorted newest first here (real Coder sends them unordered).
     `statuses_sent`: whether the answer had the field at all (set here, whatever the answer says)."""
 
-    id: str
     slug: str
     subdomain: bool = False
     subdomain_name: Text = ""
@@ -257,7 +256,6 @@ class AgentHealth(LenientStruct, frozen=True, kw_only=True):
 
 
 class WorkspaceAgent(LenientStruct, frozen=True, kw_only=True):
-    id: str
     name: str
     status: Text = ""
     lifecycle_state: Text = ""
