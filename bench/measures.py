@@ -164,7 +164,9 @@ class Bench:
         return out
 
     async def list_sizes(self, sizes: list[int], runs: int) -> dict:
-        """list_agents at each fleet size: wall, Coder requests, and the fleet's own time (wall - Coder's hold)."""
+        """list_agents at each fleet size: wall, Coder requests, the fleet's own time (wall - Coder's hold), and the
+        CPU per call of the server (from /proc, in 10 ms ticks) and of this process (the `mcp` client reading and
+        checking the answer against the tool's output schema)."""
         out = {}
         session = await self.fleet()
         for size in sizes:
@@ -173,14 +175,17 @@ class Bench:
             await call(session, "list_agents")
             self.coder.replay(self.latency_ms)
             measured = []
+            server_before, client_before = cpu_seconds(self.fleet_pid), time.process_time()
             for _ in range(runs):
                 wall, stats, answer = await self.timed(session, "list_agents")
                 self.misses(stats)
                 if answer["total_count"] != size:
                     raise RuntimeError(f"list_agents found {answer['total_count']} agents of {size}")
                 measured.append((wall, stats))
+            server_cpu, client_cpu = cpu_seconds(self.fleet_pid) - server_before, time.process_time() - client_before
             requests = {s["requests"] for _, s in measured}
             out[str(size)] = {"wall_ms": ms(med(w for w, _ in measured)), "coder_requests": max(requests),
+                              "server_cpu_ms": ms(server_cpu / runs), "client_cpu_ms": ms(client_cpu / runs),
                               "coder_requests_varied": len(requests) > 1,
                               "overhead_ms": ms(med(w - s["busy_ms"] / 1e3 for w, s in measured))}
         return {"list_agents": out}

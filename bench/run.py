@@ -35,7 +35,10 @@ the emulator. Figures (targets in TARGETS):
   its fleet and bare_echo rows are show_agent's and the bare waiting call's above) and bench/http_cpu.py.
 - cold_start_ratio (spawn -> tools/list), rss_ratio (after three calls): fleet over bare, medians
   of alternating runs; the fleet's start-up includes its Coder checks at the injected latency.
-- list_agents per fleet size: wall, Coder requests, the fleet's own time (overhead_ms).
+- list_agents per fleet size: wall, Coder requests, the fleet's own time (overhead_ms), the CPU per call of
+  the server and of the bench's `mcp` client (server_cpu_ms, client_cpu_ms: the client's share of the wall).
+- with --real-sized, `listing`: bench/listing.py's figures (list_agents' own CPU on a real-sized listing of the
+  largest size, socket to `AgentList`, target <= 150 ms; beside its floor, part by part).
 - Issue 13 (n/a until the server lists the tool): wait_requests_per_poll, wait_first_progress_s and
   wait_seen_after_s and wait_answer_delay_s (wait_for_agents over 100 agents; the last two: how long after
   one agent stops, in the stand-in's answers, a poll reads it and the wait answers, worst of three moments
@@ -61,6 +64,7 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +78,8 @@ from runner_agents import runner_agents
 
 PHASE_TIMEOUT_S = 300.0
 CHANGES = Path(__file__).resolve().parent / "changes.py"
+LISTING = CHANGES.with_name("listing.py")
+LISTING_TARGET_MS = 150  # issue 30.7: list_agents of 1,000 real-sized workspaces
 
 # (figure, limit, unit, where the target comes from); a figure of None (tool not there yet) is n/a.
 TARGETS = [
@@ -118,12 +124,13 @@ async def measure(args: argparse.Namespace) -> dict:
             if real_listing() is None:
                 raise SystemExit("--real-sized needs the recorded listing: ../shared/reference or "
                                  "FLEET_MCP_REFERENCE_DIR")
+            sizes = args.sizes or ([10, 100] if args.quick else [10, 1000])
             try:
                 async with asyncio.timeout(PHASE_TIMEOUT_S * 3):
-                    result.update(await bench.real_sized(args.sizes or ([10, 100] if args.quick else [10, 1000]),
-                                                         runs, cpu_calls))
+                    result.update(await bench.real_sized(sizes, runs, cpu_calls))
             finally:
                 await bench.close()
+            result["listing"] = listing(max(sizes), max(runs, 3 if args.quick else 15))
             result["machine"] = {**machine(), "loadavg_1min_before": round(load_before, 2),
                                  "loadavg_1min_after": round(os.getloadavg()[0], 2)}
             result["quick"] = bool(args.quick)
@@ -152,6 +159,17 @@ async def measure(args: argparse.Namespace) -> dict:
     result["machine"] = {**machine(), "loadavg_1min_before": round(load_before, 2),
                          "loadavg_1min_after": round(os.getloadavg()[0], 2)}
     return result
+
+
+def listing(agents: int, runs: int) -> dict:
+    """bench/listing.py's figures (in a process of its own, no server around it): list_agents' own CPU on a
+    real-sized listing of `agents`, socket to `AgentList`, beside its floor, part by part."""
+    done = subprocess.run([sys.executable, str(LISTING), "--agents", str(agents), "--runs", str(runs)],
+                          capture_output=True, text=True, timeout=PHASE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench/listing.py failed: {done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout))
 
 
 def floors(r: dict, breakdowns: bool) -> None:
@@ -345,12 +363,24 @@ def real_table(r: dict) -> str:
         row(f"list_agents, {size} agents: wall ms", f"{lw['wall_ms']:.1f}", f"{rw['wall_ms']:.1f}",
             "<= 300 ms (issue 21)" if size == "1000" else "")
         row("  own time ms (wall - Coder's hold)", f"{lw['overhead_ms']:.1f}", f"{rw['overhead_ms']:.1f}")
+        row("  server CPU ms per call", f"{lw['server_cpu_ms']:.1f}", f"{rw['server_cpu_ms']:.1f}")
+        row("  client CPU ms per call (mcp SDK: read, schema check)", f"{lw['client_cpu_ms']:.1f}",
+            f"{rw['client_cpu_ms']:.1f}")
     lc, rc = lean["server_cpu_ms_per_call"], real["server_cpu_ms_per_call"]
     row("server CPU per list_agents (10) over HTTP, ms", f"{lc['fleet_list_agents']:.2f}",
         f"{rc['fleet_list_agents']:.2f}")
     row("  bare FastMCP echo, ms", f"{lc['bare_echo']:.2f}", f"{rc['bare_echo']:.2f}")
     row("  ratio (worse protocol era)", f"{lean['server_cpu_ratio']:.2f}x", f"{real['server_cpu_ratio']:.2f}x",
         "<= 2.5 x bare (issue 21)")
+    if (f := r.get("listing")) is not None:
+        row(f"list_agents {f['agents']}, own CPU ms: median (min)", "",
+            f"{f['list_agents_ms']:.0f} ({f['list_agents_min_ms']:.0f})",
+            f"<= {LISTING_TARGET_MS} ms (issue 30.7)  {'PASS' if f['list_agents_ms'] <= LISTING_TARGET_MS else 'MISS'}")
+        row("  socket -> AgentList, in-process (bench/listing.py)", "", "")
+        row("  floor: bare httpx GET + the same decode, ms", "", f"{f['floor_ms']:.0f} ({f['floor_min_ms']:.0f})")
+        row("  list_agents over its floor (median of pairs)", "", f"{f['list_agents_over_floor']:.2f}x")
+        row("  read / decode / summaries / drop, ms median", "",
+            f"{f['read_ms']:.0f}/{f['decode_ms']:.0f}/{f['summaries_ms']:.0f}/{f['drop_ms']:.0f}")
     row("wait_for_agents over 100: requests per poll", lean["wait_requests_per_poll"], real["wait_requests_per_poll"])
     row("  first progress, s", lean["wait_first_progress_s"], real["wait_first_progress_s"])
     row("  a change read by a poll after, s (worst)", lean["wait_seen_after_s"], real["wait_seen_after_s"])
