@@ -55,7 +55,7 @@ def patterns(schema: object) -> set[str]:
 
 
 async def test_every_pattern_a_tool_states_has_its_words(served):
-    stated = patterns([t.inputSchema for t in await served.client.list_tools()])
+    stated = patterns([t.input_schema for t in await served.client.list_tools()])
     assert stated and stated <= set(FORMS), stated - set(FORMS)
 
 

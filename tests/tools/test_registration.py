@@ -73,7 +73,7 @@ async def test_the_instructions_are_the_workflow_in_few_characters(tools):
 async def test_the_model_facing_tool_list_does_not_grow(tools):
     """Names, descriptions and input schemas: what a client loads into the model's context for the tools."""
     listed = await tools.client.list_tools()
-    facing = [{"name": t.name, "description": t.description, "inputSchema": t.inputSchema} for t in listed]
+    facing = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in listed]
     size = len(json.dumps(facing, separators=(",", ":"), ensure_ascii=False))
     assert size <= TOOL_LIST_MAX, f"the tool list grew to {size} characters (at most {TOOL_LIST_MAX})"
 
