@@ -24,7 +24,7 @@ def iso(dt: datetime | None, timespec: Precision = "seconds") -> str | None:
     last second (or first); None for None."""
     if dt is None:
         return None
-    if dt.tzinfo is UTC:  # most: Coder writes UTC (`Z`); a list of 1,000 agents writes 2,000 of them
+    if dt.tzinfo is UTC:  # read from a `Z` (Coder writes its database's zone): a list of 1,000 writes 2,000
         return dt.isoformat(timespec=timespec)[:-6] + "Z"  # "+00:00" off
     try:
         utc = dt.astimezone(UTC)
