@@ -47,15 +47,38 @@ def main(argv: list[str]) -> int:
         os.chdir(here)
         os.execv(sys.executable, [sys.executable, "-m", module, *args])
     with conn:
+        # Caught from here on: the copy may run (and its caller signal this relay) before its pid is known
+        # here; what comes meanwhile is passed on once it is.
+        copy = _Copy()
+        for number in PASSED_ON:
+            signal.signal(number, copy.signalled)
         sent = socket.send_fds(conn, [request], [0, 1, 2])
         conn.sendall(request[sent:])
         answer = conn.makefile("rb")
-        pid = int(answer.readline() or 0)
-        if pid:
-            for number in PASSED_ON:
-                signal.signal(number, lambda passed, _: _pass_on(pid, passed))
+        copy.started(int(answer.readline() or 0))
         code = answer.readline().strip()
-    return _end_as(int(code)) if code.lstrip(b"-").isdigit() else 1
+    if code.lstrip(b"-").isdigit():
+        return _end_as(int(code))
+    return _end_as(-copy.held[0]) if copy.held else 1  # no copy ran: this relay ends as the first signal said
+
+
+class _Copy:
+    """The copy's pid once the fork server says it, and the signals this relay was sent before then."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.held: list[int] = []
+
+    def signalled(self, number: int, _frame: object) -> None:
+        if self.pid:
+            _pass_on(self.pid, number)
+        else:
+            self.held.append(number)
+
+    def started(self, pid: int) -> None:
+        self.pid = pid
+        for number in self.held if pid else ():
+            _pass_on(pid, number)
 
 
 def _pass_on(pid: int, number: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import signal
 import sys
 
@@ -26,11 +27,17 @@ def main(argv: list[str]) -> int:
         return int(rest[0])
     if what == "trap":  # SIGTERM handled: say so, exit 3; SIGINT as Python's default (KeyboardInterrupt)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+    # Each signal writes a byte here as it lands, so one that lands before the wait below begins still ends
+    # it (`signal.pause()` would sleep through a signal sent the moment the pid is printed).
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
     print(json.dumps({"pid": os.getpid()}), flush=True)
     if what == "fail":
         raise RuntimeError("a failure, as any process shows it")
-    while True:  # "wait" and "trap": until a signal ends it
-        signal.pause()
+    while True:  # "wait" and "trap": until a signal ends it (its handler runs once select returns)
+        select.select([woken], [], [])
+        os.read(woken, 512)
 
 
 if __name__ == "__main__":
