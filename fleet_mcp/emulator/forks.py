@@ -6,9 +6,10 @@ the runner in its workspaces this way (Coder's CLI is a Go binary that starts in
 their `fleet-mcp` processes. A program is a module with `preload()` (import what running takes) and
 `main(argv) -> int`.
 
-Each copy runs `main` with its relay's stdio, arguments, environment, directory, umask and open-file limits,
-in its relay's process group when the relay leads one (so a signal to that group reaches the copy and what it
-starts, as it would a process the relay had become), and ends as the process would (normal interpreter exit).
+Each copy runs `main` with its relay's stdio, arguments, environment, directory, umask, open-file limits and
+ignored signals, in its relay's process group when the relay leads one (so a signal to that group reaches the
+copy and what it starts, as it would a process the relay had become), and ends as the process would (normal
+interpreter exit).
 Its exit code, or the signal that ended it, goes back to the relay, which ends the same way. A copy whose relay
 is gone (killed outright, say) is killed, with the relay's group.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .relay import SOCKET
+from .relay import PASSED_ON, SOCKET
 
 __all__ = ["Copies", "Copy", "serve"]
 
@@ -53,8 +54,8 @@ class Copy:
     program: ModuleType
 
     def run(self) -> int:
-        """Become the relay's process: its group, stdio, environment, directory, limits; then the program's
-        `main`."""
+        """Become the relay's process: its group, stdio, environment, directory, limits, the signals its caller
+        ignored; then the program's `main`."""
         request = self.request
         if (group := request.get("group")) is not None:
             with contextlib.suppress(OSError):  # the server sets it too: whichever runs first
@@ -69,6 +70,10 @@ class Copy:
         os.umask(request["umask"])
         with contextlib.suppress(ValueError, OSError):  # a limit above this process's own hard one stays here
             resource.setrlimit(resource.RLIMIT_NOFILE, tuple(request["nofile"]))
+        ignored = set(request.get("ignored") or ())
+        for number in PASSED_ON:  # as its relay's caller left them, not as this fork server's was left
+            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            signal.signal(number, signal.SIG_IGN if int(number) in ignored else default)
         _reopen_stdio(unbuffered=bool(request["env"].get("PYTHONUNBUFFERED")))
         sys.argv = [request["module"], *request["argv"]]
         code: int = self.program.main(request["argv"])

@@ -35,9 +35,12 @@ def main(argv: list[str]) -> int:
     group = os.getpgrp()
     umask = os.umask(0o022)
     os.umask(umask)
+    # Signals its caller started it ignoring (as a shell's background job ignores SIGINT): `python -m MODULE`
+    # would ignore them too, so the copy does, and this relay passes none of them on.
+    ignored = [int(n) for n in PASSED_ON if signal.getsignal(n) == signal.SIG_IGN]
     request = json.dumps({"module": module, "argv": args, "env": dict(os.environ), "cwd": here, "umask": umask,
                           "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
-                          "group": group if group == os.getpid() else None}).encode() + b"\n"
+                          "group": group if group == os.getpid() else None, "ignored": ignored}).encode() + b"\n"
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.chdir(directory)
@@ -51,7 +54,8 @@ def main(argv: list[str]) -> int:
         # here; what comes meanwhile is passed on once it is.
         copy = _Copy()
         for number in PASSED_ON:
-            signal.signal(number, copy.signalled)
+            if number not in ignored:
+                signal.signal(number, copy.signalled)
         sent = socket.send_fds(conn, [request], [0, 1, 2])
         conn.sendall(request[sent:])
         answer = conn.makefile("rb")

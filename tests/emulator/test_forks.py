@@ -80,6 +80,8 @@ def test_a_copy_has_what_the_relay_was_handed_and_its_exit_code_comes_back(serve
     def lowered() -> None:
         os.umask(0o027)
         resource.setrlimit(resource.RLIMIT_NOFILE, (200, 300))
+        default_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts a process
 
     proc = relay(server, "report", "7", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                  cwd=tmp_path, env=clean_env(PROBE="from the caller"), preexec_fn=lowered)
@@ -90,6 +92,8 @@ def test_a_copy_has_what_the_relay_was_handed_and_its_exit_code_comes_back(serve
     assert seen["env"] == "from the caller" and seen["umask"] == 0o027 and seen["nofile"] == [200, 300]
     assert seen["stdin"] == "the caller's stdin" and err == "to stderr\n"
     assert seen["pid"] != proc.pid and seen["preloaded"] == ["yes"]  # a copy: preloaded once, in the server
+    # the signals its caller ignored, as its caller left them (not as the fork server's were)
+    assert seen["signals"] == {"SIGINT": "default", "SIGTERM": "default", "SIGHUP": "ignored"}
     assert seen["group"] not in (proc.pid, os.getpgrp())  # its relay leads no group: it stays in the server's
 
 
@@ -107,10 +111,18 @@ def test_a_copy_joins_the_group_its_relay_leads_and_dies_with_it(server):
     proc.stdout.close()
 
 
+def default_signals() -> None:
+    """In a child about to run a relay: the signals it passes on at their defaults, whatever this test's own
+    runner ignores (a shell's background job ignores SIGINT, `nohup` SIGHUP)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def test_the_signals_a_process_is_sent_reach_the_copy_and_the_relay_ends_as_it_did(server):
     for what, sig, code in (("trap", signal.SIGTERM, 3), ("wait", signal.SIGTERM, -signal.SIGTERM),
                             ("wait", signal.SIGINT, -signal.SIGINT), ("wait", signal.SIGHUP, -signal.SIGHUP)):
-        proc = relay(server, what, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = relay(server, what, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     preexec_fn=default_signals)
         assert proc.stdout is not None and proc.stderr is not None
         copy = json.loads(Lines(proc.stdout).line())["pid"]
         assert stop(proc, sig) == code, (what, sig)
@@ -118,6 +130,24 @@ def test_the_signals_a_process_is_sent_reach_the_copy_and_the_relay_ends_as_it_d
         if sig == signal.SIGINT:  # Python's own: KeyboardInterrupt's trace, then death by SIGINT
             assert "KeyboardInterrupt" in proc.stderr.read()
         proc.stderr.close()
+        proc.stdout.close()
+
+
+def test_a_signal_its_caller_ignored_is_not_passed_on(server):
+    """A relay started ignoring SIGINT (as a shell's background job is) goes on ignoring it, as the process itself
+    would: the copy hears only the SIGTERM sent after it. Started with SIGINT at its default, it hears both."""
+    def ignoring() -> None:
+        default_signals()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    for started, heard in ((ignoring, "SIGTERM\n"), (default_signals, "SIGINT\nSIGTERM\n")):
+        proc = relay(server, "echo", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, preexec_fn=started)
+        assert proc.stdout is not None
+        said = Lines(proc.stdout)
+        json.loads(said.line())
+        proc.send_signal(signal.SIGINT)
+        assert stop(proc, signal.SIGTERM) == 4
+        assert "".join(said.rest()) == heard, started
         proc.stdout.close()
 
 
