@@ -36,7 +36,8 @@ def main(argv: list[str]) -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     # Signals its caller started it ignoring (as a shell's background job ignores SIGINT): `python -m MODULE`
-    # would ignore them too, so the copy does, and this relay passes none of them on.
+    # would start ignoring them too, so the copy does. They are still passed on: a program may handle them
+    # (the fleet's server does), as the process itself would then hear them.
     ignored = [int(n) for n in PASSED_ON if signal.getsignal(n) == signal.SIG_IGN]
     request = json.dumps({"module": module, "argv": args, "env": dict(os.environ), "cwd": here, "umask": umask,
                           "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
@@ -54,8 +55,7 @@ def main(argv: list[str]) -> int:
         # here; what comes meanwhile is passed on once it is.
         copy = _Copy()
         for number in PASSED_ON:
-            if number not in ignored:
-                signal.signal(number, copy.signalled)
+            signal.signal(number, copy.signalled)
         sent = socket.send_fds(conn, [request], [0, 1, 2])
         conn.sendall(request[sent:])
         answer = conn.makefile("rb")
