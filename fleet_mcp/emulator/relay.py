@@ -63,7 +63,8 @@ def main(argv: list[str]) -> int:
         code = answer.readline().strip()
     if code.lstrip(b"-").isdigit():
         return _end_as(int(code))
-    return _end_as(-copy.held[0]) if copy.held else 1  # no copy ran: this relay ends as the first signal said
+    ending = [number for number in copy.held if number not in ignored]
+    return _end_as(-ending[0]) if ending else 1  # no copy ran: this relay ends as the first signal it heeds said
 
 
 class _Copy:
