@@ -5,7 +5,7 @@
 Needs the recorded v2.27 listing (../shared/reference, or FLEET_MCP_REFERENCE_DIR). The listing is the one
 the bench's stand-in answers with real-sized bodies: the emulator's fleet of `--agents`, each workspace
 carrying the bulk of the recorded `test-recording-agent` (`standin.real_sized_answer`, ~47 KB). A process
-of its own serves it on loopback (HTTP/1.1, Content-Length), and `Fleet.list_agents` reads it through
+of its own serves it on loopback (HTTP/1.1, one chunk, as Coder sends it), and `Fleet.list_agents` reads it through
 `CoderClient` as the server does (glibc keeping freed memory, as `fleet-mcp` has it). Every figure is CPU
 time (`time.process_time`), median of the runs (`*_min_ms`: the least):
 
@@ -164,9 +164,13 @@ async def listing(agents: int) -> tuple[bytes, bytes]:
 
 
 def serve(path: str) -> None:
-    """Answer every request on a loopback port (printed) with the file's bytes, keep-alive."""
+    """Answer every request on a loopback port (printed) with the file's bytes, keep-alive, framed as Coder frames
+    a listing: one chunk. Its `httpapi.Write` encodes the JSON into one write without a Content-Length, which Go's
+    server sends as a single chunk (the recorded listing says `Transfer-Encoding: chunked`)."""
     body = Path(path).read_bytes()
-    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+    head = (f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            f"{len(body):x}\r\n").encode()
+    body += b"\r\n0\r\n\r\n"
 
     class Answer(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
