@@ -210,12 +210,12 @@ async def measure(body: bytes, lean: bytes, url: str, runs: int, profile: bool) 
         answer = await fleet.list_agents(deadline=None)
         calls, floors = [], []
         async with httpx.AsyncClient() as bare:  # httpx as anyone would use it (1 MiB reads, as the server's)
-            await _floor(bare, url, decoder, len(body))
+            await _bare_get(bare, url, len(body), decoder)
             for _ in range(runs):  # each call beside its floor: both see the machine as it is at that moment
                 started = time.process_time()
                 await fleet.list_agents(deadline=None)
                 calls.append(time.process_time() - started)
-                floors.append(await _floor(bare, url, decoder, len(body)))
+                floors.append(await _bare_get(bare, url, len(body), decoder))
         if profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -270,23 +270,17 @@ async def measure(body: bytes, lean: bytes, url: str, runs: int, profile: bool) 
             "floor_httpx_get_and_decode_ms": round(min(gets) * 1e3 + decode_floor, 1)}
 
 
-async def _floor(client: httpx.AsyncClient, url: str, decoder: msgspec.json.Decoder, size: int) -> float:
-    """CPU seconds of the least any server reading this listing through httpx spends: a bare
-    `httpx.AsyncClient.get` of it, its body read, decoded into `coder.schemas`' structs and dropped."""
+async def _bare_get(client: httpx.AsyncClient, url: str, size: int,
+                   decoder: msgspec.json.Decoder | None = None) -> float:
+    """CPU seconds a bare `httpx.AsyncClient.get` of the listing takes, its body read (`.content`); with
+    `decoder`, decoded into `coder.schemas`' structs and dropped too: the least any server reading this listing
+    through httpx spends (`floor_ms`)."""
     started = time.process_time()
     got = (await client.get(url + "/api/v2/workspaces")).content
-    with collection_paused():
-        page = decoder.decode(got)
-        del page
-    spent = time.process_time() - started
-    assert len(got) == size
-    return spent
-
-
-async def _bare_get(client: httpx.AsyncClient, url: str, size: int) -> float:
-    """CPU seconds a bare `httpx.AsyncClient.get` of the listing takes, its body read (`.content`)."""
-    started = time.process_time()
-    got = (await client.get(url + "/api/v2/workspaces")).content
+    if decoder is not None:
+        with collection_paused():
+            page = decoder.decode(got)
+            del page
     spent = time.process_time() - started
     assert len(got) == size
     return spent

@@ -23,7 +23,6 @@ DIRECTORY/forks.sock and ends when its stdin does, killing the copies still runn
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import importlib
 import io
@@ -38,11 +37,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .relay import PASSED_ON, SOCKET
+from .relay import PASSED_ON, SOCKET, not_dumpable
 
 __all__ = ["Copies", "Copy", "serve"]
-
-PR_SET_DUMPABLE = 4
 
 
 @dataclass
@@ -82,7 +79,7 @@ class Copy:
 
 def serve(directory: str, modules: list[str]) -> Copy | None:
     """Listen in `directory` and fork copies running `modules` until stdin ends (None); in a copy, what to run."""
-    _not_dumpable()
+    not_dumpable()
     programs = {name: importlib.import_module(name) for name in modules}
     for program in programs.values():
         program.preload()
@@ -214,13 +211,6 @@ def _leave(sel: selectors.BaseSelector, copies: Copies, *fds: int) -> None:
     copies.groups.clear()
     for fd in fds:
         os.close(fd)
-
-
-def _not_dumpable() -> None:
-    """As the runner makes itself (runner/main.py): no process of the same user reads this one's memory."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def _reopen_stdio(unbuffered: bool) -> None:

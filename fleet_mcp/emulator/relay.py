@@ -24,12 +24,17 @@ PR_SET_DUMPABLE = 4
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def main(argv: list[str]) -> int:
+def not_dumpable() -> None:
+    """As the runner makes itself (runner/main.py): no process of the same user reads this one's memory."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         except (OSError, AttributeError):
             pass
+
+
+def main(argv: list[str]) -> int:
+    not_dumpable()
     directory, module, args = argv[1], argv[2], argv[3:]
     here = os.getcwd()
     group = os.getpgrp()

@@ -36,6 +36,11 @@ KEY = ["fleet_mcp_runner_key"]  # a runner project's: without it the runner refu
 SECRET = "s3cr3t-doctor-t0ken"
 
 
+def doctor(*args: str) -> list[str]:
+    """`fleet-mcp doctor ARGS...` as a test runs it (a copy from the fork server: `fleet_command`)."""
+    return [*fleet_command(), "doctor", *args]
+
+
 async def report_of(emulator: Emulator, conformance: Conformance, **settings: Any) -> Report:
     transport = CheckedTransport(httpx.ASGITransport(app=emulator.app), conformance)
     chosen = fleet_settings(**settings)
@@ -283,7 +288,7 @@ def test_missing_settings_is_exit_2(monkeypatch, tmp_path, capsys):
 ])
 @pytest.mark.system
 def test_doctor_emulator_process(tmp_path, env, code, last):
-    done = subprocess.run([*fleet_command(), "doctor", "--emulator"], env=clean_env(**env), cwd=tmp_path, capture_output=True,
+    done = subprocess.run(doctor("--emulator"), env=clean_env(**env), cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == code, done.stderr
     assert done.stderr == ""
@@ -298,7 +303,7 @@ def test_doctor_emulator_process(tmp_path, env, code, last):
 async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
     async with running(emulator) as url:
         proc = await asyncio.create_subprocess_exec(
-            *fleet_command(), "doctor", env=clean_env(CODER_URL=url, CODER_SESSION_TOKEN=SECRET), cwd=tmp_path,
+            *doctor(), env=clean_env(CODER_URL=url, CODER_SESSION_TOKEN=SECRET), cwd=tmp_path,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, err
@@ -310,7 +315,7 @@ async def test_bad_token_process_is_exit_2_and_one_line(emulator, tmp_path):
 
 @pytest.mark.system
 def test_doctor_emulator_process_of_the_runner_seed(tmp_path):
-    done = subprocess.run([*fleet_command(), "doctor", "--emulator", "--agent-runtime", "runner"], env=clean_env(), cwd=tmp_path,
+    done = subprocess.run(doctor("--emulator", "--agent-runtime", "runner"), env=clean_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stderr
     assert "fleet-demo \"Fleet Demo\": complete; runner (app 'fleet', by path)" in done.stdout
@@ -356,9 +361,9 @@ def test_the_readmes_subdomain_recipe_doctor_and_connect_to(tmp_path):
     with emulator_process(*flags) as emulated:
         port = httpx.URL(emulated.url).port
         env = {"CODER_URL": emulated.url, "CODER_SESSION_TOKEN": emulated.token}
-        ready = subprocess.run([*fleet_command(), "doctor"], env=clean_env(**env, FLEET_MCP_CONNECT_TO=f"*.apps.example.test=127.0.0.1:{port}"),
+        ready = subprocess.run(doctor(), env=clean_env(**env, FLEET_MCP_CONNECT_TO=f"*.apps.example.test=127.0.0.1:{port}"),
                                cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        lost = subprocess.run([*fleet_command(), "doctor"], env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        lost = subprocess.run(doctor(), env=clean_env(**env), cwd=tmp_path, capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)
     assert ready.returncode == 0, ready.stdout + ready.stderr
     assert (f"  ok   apps: path apps disabled (--disable-path-apps); subdomain form at *.apps.example.test:{port}"
